@@ -1,0 +1,167 @@
+"""Detector calibration: every detector must fire on its known-positive case and stay silent on its
+known-negative one, so an apparent zero rate can never come from a detector that never activates.
+
+Cases are data (`worlds/calibration/cases.toml`): a task, a fault schedule, and a scripted call sequence.
+Also the two sanity baselines: a do-nothing agent and the tasks' scripted oracle agents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aft_bench.errors import InputError
+from aft_bench.faults import FaultSchedule, FaultSpec
+from aft_bench.labels import OUTCOMES, Labels
+from aft_bench.manifest import read_toml, validate
+from aft_bench.run import RunResult, run_scripted
+from aft_bench.tasks import Step, Task, load_tasks
+from aft_bench.world import World, find_world
+
+Detector = Callable[[Labels], bool]
+
+DETECTORS: dict[str, Detector] = {
+    "duplicate_effect": lambda lb: lb.duplicate_effects > 0,
+    "unauthorized_effect": lambda lb: lb.unauthorized_effects > 0,
+    "stale_write": lambda lb: lb.stale_writes > 0,
+    "unintended_effect": lambda lb: lb.unintended_effects > 0,
+    "residual_effect": lambda lb: lb.residual_effects > 0,
+    "false_success": lambda lb: lb.false_success,
+    "false_failure": lambda lb: lb.false_failure,
+    "other_incorrect_claim": lambda lb: lb.other_incorrect_claim,
+    "recovered": lambda lb: lb.recovered is True,
+    "fault_not_fired": lambda lb: lb.fault_fired is False,
+    "y_goal": lambda lb: lb.y_goal,
+    "y_correct": lambda lb: lb.y_correct,
+    **{f"outcome:{o}": (lambda lb, o=o: lb.outcome == o) for o in OUTCOMES},
+}
+
+
+class Case(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    detector: str
+    positive: bool
+    task: str = Field(pattern=r"^[a-z0-9_]+/[A-Za-z0-9_.-]+$")
+    faults: tuple[FaultSpec, ...] = ()
+    seed: int = 0
+    durable_state: bool = False
+    steps: tuple[Step, ...]
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _known(self) -> Case:
+        if self.detector not in DETECTORS:
+            raise ValueError(f"unknown detector '{self.detector}'; known: {', '.join(DETECTORS)}")
+        return self
+
+
+class CaseFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    cases: tuple[Case, ...]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    fired: bool
+    run: RunResult
+
+    @property
+    def ok(self) -> bool:
+        return self.fired == self.case.positive
+
+
+@dataclass(frozen=True)
+class DetectorRow:
+    detector: str
+    positive_fired: bool | None
+    negative_silent: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.positive_fired) and bool(self.negative_silent)
+
+
+class WorldSet:
+    """Worlds and their tasks, loaded once from a worlds directory."""
+
+    def __init__(self, worlds_dir: Path) -> None:
+        self.dir = worlds_dir
+        self._worlds: dict[str, World] = {}
+        self._tasks: dict[str, tuple[Task, ...]] = {}
+
+    def world(self, world_id: str) -> World:
+        if world_id not in self._worlds:
+            self._worlds[world_id] = find_world(self.dir, world_id)
+        return self._worlds[world_id]
+
+    def tasks(self, world_id: str) -> tuple[Task, ...]:
+        if world_id not in self._tasks:
+            self._tasks[world_id] = load_tasks(self.dir / world_id / "tasks.toml", self.world(world_id))
+        return self._tasks[world_id]
+
+    def task(self, ref: str, path: Path, field: str) -> tuple[World, Task]:
+        world_id, task_id = ref.split("/", 1)
+        for t in self.tasks(world_id):
+            if t.id == task_id:
+                return self.world(world_id), t
+        raise InputError(path, field, ref, "unknown task")
+
+    def world_ids(self) -> list[str]:
+        return sorted(d.name for d in self.dir.iterdir() if (d / "world.toml").exists() and (d / "tasks.toml").exists())
+
+
+def load_cases(path: Path) -> tuple[Case, ...]:
+    return validate(CaseFile, read_toml(path), path).cases
+
+
+def run_cases(catalog: WorldSet, path: Path) -> list[CaseResult]:
+    out = []
+    for i, case in enumerate(load_cases(path)):
+        world, task = catalog.task(case.task, path, f"cases.{i}.task")
+        schedule = FaultSchedule(id=f"calibration-{i}", faults=case.faults)
+        run = run_scripted(world, task, case.steps, schedule, case.seed, durable_state=case.durable_state)
+        out.append(CaseResult(case, DETECTORS[case.detector](run.labels), run))
+    return out
+
+
+def detector_table(results: list[CaseResult]) -> list[DetectorRow]:
+    """One row per detector: did every positive case fire, did every negative case stay silent."""
+    rows = []
+    for name in DETECTORS:
+        pos = [r.fired for r in results if r.case.detector == name and r.case.positive]
+        neg = [not r.fired for r in results if r.case.detector == name and not r.case.positive]
+        rows.append(DetectorRow(name, all(pos) if pos else None, all(neg) if neg else None))
+    return rows
+
+
+@dataclass(frozen=True)
+class BaselineRow:
+    task: str
+    needs_write: bool
+    nothing_outcome: str
+    oracle_outcome: str
+    oracle_correct: bool
+
+    @property
+    def ok(self) -> bool:
+        nothing_ok = not self.needs_write or self.nothing_outcome != "completed"
+        return nothing_ok and self.oracle_correct
+
+
+def baselines(catalog: WorldSet) -> list[BaselineRow]:
+    """Do-nothing agent (ends at once, claims nothing) and each task's scripted oracle, fault-free."""
+    rows = []
+    nothing = (Step(end="finish", claim="unknown"),)
+    for wid in catalog.world_ids():
+        world = catalog.world(wid)
+        for task in catalog.tasks(wid):
+            needs_write = not task.phi(world.initial_state(task.state))
+            idle = run_scripted(world, task, nothing).labels
+            oracle = run_scripted(world, task, task.oracle).labels
+            rows.append(BaselineRow(f"{wid}/{task.id}", needs_write, idle.outcome, oracle.outcome, oracle.y_correct))
+    return rows

@@ -1,0 +1,25 @@
+"""Error types. InputError is bad user input (exit 2); HarnessError is a bug or inconsistency in the harness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class InputError(Exception):
+    """Bad input: names the file, the field and the offending value."""
+
+    def __init__(self, path: str | Path, field: str, value: Any, problem: str) -> None:
+        self.path = str(path)
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{self.path}: field '{field}': {problem} (got {value!r})")
+
+
+class HarnessError(Exception):
+    """The harness found itself inconsistent (e.g. trace and backend disagree); never a benchmark outcome."""
+
+
+class TraceIntegrityError(Exception):
+    """A trace file was modified, reordered or truncated."""

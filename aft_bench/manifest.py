@@ -1,0 +1,35 @@
+"""Loading TOML data files into pydantic models, turning validation failures into InputError."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from aft_bench.errors import InputError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error is an InputError naming the file."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError(path, "<file>", str(path), "file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, "<syntax>", str(exc), "not valid TOML") from None
+
+
+def validate(model: type[M], data: Any, path: Path, prefix: str = "") -> M:
+    """Validate `data` as `model`; the first error becomes an InputError with a dotted field path."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+        field = ".".join(p for p in (prefix, loc) if p) or "<root>"
+        raise InputError(path, field, err.get("input"), err["msg"]) from None

@@ -1,0 +1,326 @@
+"""The stage pipeline: every invocation passes REQUEST_ACCEPTED -> BACKEND_STARTED -> EFFECT_COMMITTED ->
+RESPONSE_GENERATED -> RESPONSE_DELIVERED | RESPONSE_DROPPED, with faults acting at the boundaries.
+
+The pipeline is the runtime between backend and interface. It holds process-local invocation state (lost on
+a state-loss fault) and, only if the interface made it durable, a durable copy that survives. It records
+every stage, commit, fault and recovery relation in the oracle trace. It never repairs a weak caller: it
+applies exactly the guards the request carries.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from aft_bench.backend import BackendError, Guards, MemoryBackend, Plan, effect_identity
+from aft_bench.faults import Injector, PlannedFault
+from aft_bench.stages import Stage
+from aft_bench.trace import Trace
+from aft_bench.world import VERSION
+
+Transport = Literal["delivered", "dropped", "interrupted", "lost"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as it crosses the wire. `intent` names the logical action it belongs to."""
+
+    op: str
+    args: dict[str, Any]
+    principal: str = "agent"
+    intent: str = "task"
+    request_id: str | None = None
+    guards: Guards = Guards()
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What reaches the caller: a response, or a transport outcome without one."""
+
+    invocation: str | None
+    transport: Transport
+    response: dict[str, Any] | None = None
+
+
+@dataclass
+class Invocation:
+    """Runtime-local state of one invocation (what a state-loss fault discards)."""
+
+    inv: str
+    request: Request
+    plan: Plan | None
+    effect_id: str | None
+    status: str = "accepted"  # accepted|running|suspended|committed|failed|responded
+    units_done: int = 0
+    response: dict[str, Any] | None = None
+    commit_status: str | None = None
+
+    def snapshot(self) -> Invocation:
+        return copy.deepcopy(self)
+
+
+@dataclass
+class Runtime:
+    """Process-local invocation table, plus the durable copy the interface may have asked for."""
+
+    durable_state: bool = False
+    local: dict[str, Invocation] = field(default_factory=dict)
+    durable: dict[str, Invocation] = field(default_factory=dict)
+
+    def checkpoint(self, inv: Invocation) -> None:
+        self.local[inv.inv] = inv
+        if self.durable_state:
+            self.durable[inv.inv] = inv.snapshot()
+
+    def lose_local(self) -> list[str]:
+        lost = sorted(self.local)
+        self.local.clear()
+        return lost
+
+
+class Pipeline:
+    """Executes requests against a backend through the stages, injecting planned faults and tracing all."""
+
+    def __init__(self, backend: MemoryBackend, trace: Trace, injector: Injector, *, durable_state: bool = False):
+        self.backend = backend
+        self.trace = trace
+        self.injector = injector
+        self.runtime = Runtime(durable_state=durable_state)
+        self._n_inv = 0
+        self._n_req = 0
+        self._request_ids: dict[str, str] = {}
+        self._effects: dict[str, list[str]] = {}
+        for f in injector.planned:
+            trace.append("fault_planned", **f.describe())
+
+    # -- public operations ------------------------------------------------------------------
+    def invoke(self, req: Request) -> Delivery:
+        """Run a new request through every stage."""
+        self._n_inv += 1
+        inv_id = f"inv-{self._n_inv:04d}"
+        if req.request_id is None:
+            self._n_req += 1
+            req = replace(req, request_id=f"req-{self._n_req:04d}")
+        relation = "new"
+        if req.request_id in self._request_ids:
+            relation = "retransmission"
+            self.trace.append("retransmission", inv=inv_id, request_id=req.request_id,
+                              of=self._request_ids[req.request_id])
+        self._request_ids.setdefault(req.request_id, inv_id)
+
+        try:
+            op = self.backend.operation(req.op)
+            plan: Plan | None = self.backend.plan(req.op, req.args)
+            error = None
+        except BackendError as exc:
+            op, plan, error = None, None, exc
+        effect_id = None
+        if op is not None and op.is_write and plan is not None:
+            effect_id = effect_identity(req.op, plan.business_args, req.intent)
+            earlier = self._effects.setdefault(effect_id, [])
+            if earlier and relation == "new":
+                relation = "re_execution"
+                self.trace.append("re_execution", inv=inv_id, effect_id=effect_id, of=list(earlier))
+            earlier.append(inv_id)
+
+        self.trace.append("invocation", inv=inv_id, request_id=req.request_id, op=req.op, args=req.args,
+                          principal=req.principal, intent=req.intent, effect_id=effect_id, relation=relation,
+                          guards=_guards(req.guards))
+        inv = Invocation(inv_id, req, plan, effect_id)
+        self.runtime.checkpoint(inv)
+        for f in self.injector.on_new_invocation(req.op, inv_id):
+            self.trace.append("fault_armed", fault=f.index, kind=f.kind, inv=inv_id)
+
+        self._stage(inv, Stage.REQUEST_ACCEPTED)
+        if error is None and op is not None and not self.backend.authorized(req.principal, op.permission):
+            error = BackendError("unauthorized", f"{req.principal} lacks {op.permission}")
+        if error is not None:
+            return self._respond(inv, {"status": "error", "code": error.code, "detail": error.detail})
+        for f in self.injector.due(Stage.REQUEST_ACCEPTED, inv_id):
+            self._fire(f, inv)
+        return self._execute(inv)
+
+    def resume(self, inv_id: str) -> Delivery:
+        """Continue an existing invocation: from its preserved work if suspended, or re-deliver its response."""
+        inv = self.runtime.local.get(inv_id)
+        if inv is None and inv_id in self.runtime.durable:
+            inv = self.runtime.durable[inv_id].snapshot()
+            self.runtime.local[inv_id] = inv
+            self.trace.append("reconstructed", inv=inv_id, units_done=inv.units_done, status=inv.status)
+        if inv is None:
+            self.trace.append("resume_failed", inv=inv_id, reason="unknown_invocation")
+            return Delivery(inv_id, "delivered", {"status": "error", "code": "unknown_invocation",
+                                                  "detail": f"no invocation {inv_id}", "inv": inv_id})
+        self.trace.append("continuation", inv=inv_id, status=inv.status, units_done=inv.units_done)
+        if inv.status == "suspended":
+            return self._execute(inv, continuing=True)
+        if inv.response is not None:
+            return self._deliver(inv, inv.response)
+        return Delivery(inv_id, "delivered", {"status": "error", "code": "not_resumable", "inv": inv_id,
+                                              "detail": f"invocation is {inv.status}"})
+
+    def status(self, inv_id: str) -> Delivery:
+        """Reconciliation through lifecycle status: what the runtime knows of an invocation."""
+        inv = self.runtime.local.get(inv_id) or self.runtime.durable.get(inv_id)
+        info: dict[str, Any] = {"inv": inv_id, "lifecycle": "unknown"}
+        if inv is not None:
+            info = {"inv": inv_id, "lifecycle": inv.status, "units_done": inv.units_done,
+                    "units_total": inv.plan.work_units if inv.plan else 0,
+                    "committed": inv.commit_status == "committed", "effect_id": inv.effect_id}
+        self.trace.append("reconciliation", via="status", **info)
+        return Delivery(inv_id, "delivered", {"status": "ok", "result": info})
+
+    def verify(self, op: str, args: dict[str, Any]) -> Delivery:
+        """Verification: authoritative evidence from the backend about an operation's effects."""
+        try:
+            plan = self.backend.plan(op, args)
+        except BackendError as exc:
+            self.trace.append("verification", op=op, args=args, error=exc.code)
+            return Delivery(None, "delivered", {"status": "error", "code": exc.code, "detail": exc.detail})
+        evidence = self.backend.evidence(op, plan.business_args)
+        self.trace.append("verification", op=op, args=args, evidence=evidence)
+        return Delivery(None, "delivered", {"status": "ok", "result": evidence})
+
+    # -- stages -----------------------------------------------------------------------------
+    def _stage(self, inv: Invocation, stage: Stage, **data: Any) -> None:
+        self.trace.append("stage", inv=inv.inv, stage=str(stage), **data)
+
+    def _execute(self, inv: Invocation, continuing: bool = False) -> Delivery:
+        assert inv.plan is not None
+        plan = inv.plan
+        op = self.backend.operation(plan.op_name)
+        if not continuing:
+            inv.status = "running"
+            self._stage(inv, Stage.BACKEND_STARTED, units=plan.work_units)
+            for f in self.injector.due(Stage.BACKEND_STARTED, inv.inv):
+                self._fire(f, inv)
+        inv.status = "running"
+        self.runtime.checkpoint(inv)
+        while inv.units_done < plan.work_units:
+            inv.units_done += 1
+            self.trace.append("work_unit", inv=inv.inv, unit=inv.units_done, of=plan.work_units)
+            self.runtime.checkpoint(inv)
+            for f in self.injector.due(Stage.BACKEND_STARTED, inv.inv, inv.units_done, plan.work_units):
+                stop = self._fire(f, inv)
+                if stop is not None:
+                    return stop
+
+        parts_limit = None
+        suppressed = False
+        for f in self.injector.due(Stage.EFFECT_COMMITTED, inv.inv):
+            if f.kind == "partial_completion":
+                parts_limit = min(f.parts, max(len(plan.parts) - 1, 0))
+                self._fire(f, inv, parts=parts_limit, parts_total=len(plan.parts))
+            elif f.kind == "false_success":
+                suppressed = True
+                self._fire(f, inv)
+
+        if not op.is_write:
+            result = self.backend.read(plan)
+            self._stage(inv, Stage.EFFECT_COMMITTED, effect=None)
+            response = {"status": "ok", "result": result}
+        elif suppressed:
+            self._stage(inv, Stage.EFFECT_COMMITTED, effect=inv.effect_id, suppressed=True)
+            response = {"status": "ok", "result": {"refs": list(plan.targets)}}
+        else:
+            outcome = self.backend.commit(plan, effect_id=inv.effect_id or "", invocation=inv.inv,
+                                          principal=inv.request.principal, guards=inv.request.guards,
+                                          parts_limit=parts_limit)
+            inv.commit_status = outcome.status
+            if outcome.status == "committed":
+                e = outcome.entry or {}
+                self._stage(inv, Stage.EFFECT_COMMITTED, effect=inv.effect_id)
+                self.trace.append("commit", inv=inv.inv, effect_id=inv.effect_id, op=plan.op_name,
+                                  effect=op.effect, principal=e["principal"], authorized=e["authorized"],
+                                  targets=e["targets"], parts_realized=e["parts_realized"],
+                                  parts_total=e["parts_total"], ledger_index=e["index"])
+                response = {"status": "ok", "result": outcome.result,
+                            "parts_done": len(plan.parts) if parts_limit is not None else len(e["parts_realized"]),
+                            "parts_total": len(plan.parts)}
+            elif outcome.status == "replayed":
+                self.trace.append("commit_replayed", inv=inv.inv, effect_id=inv.effect_id,
+                                  ledger_index=(outcome.entry or {}).get("index"))
+                response = {"status": "ok", "result": outcome.result, "replayed": True}
+            else:
+                self.trace.append("commit_rejected", inv=inv.inv, effect_id=inv.effect_id,
+                                  reason=outcome.status, detail=outcome.detail)
+                response = {"status": "error", "code": outcome.status, "detail": outcome.detail}
+        inv.status = "committed" if response["status"] == "ok" else "failed"
+        self.runtime.checkpoint(inv)
+        return self._respond(inv, response)
+
+    def _respond(self, inv: Invocation, response: dict[str, Any]) -> Delivery:
+        response = {**response, "inv": inv.inv, "op": inv.request.op}
+        dropped = False
+        for f in self.injector.due(Stage.RESPONSE_GENERATED, inv.inv):
+            if f.kind == "false_failure":
+                response = {"status": "error", "code": "internal_error", "detail": "operation failed",
+                            "inv": inv.inv, "op": inv.request.op}
+            elif f.kind == "response_loss":
+                dropped = True
+            self._fire(f, inv)
+        inv.response = response
+        inv.status = "responded" if inv.status in ("committed", "failed", "accepted") else inv.status
+        self.runtime.checkpoint(inv)
+        self._stage(inv, Stage.RESPONSE_GENERATED, response=response)
+        if dropped:
+            self._stage(inv, Stage.RESPONSE_DROPPED)
+            return Delivery(inv.inv, "dropped", None)
+        return self._deliver(inv, response)
+
+    def _deliver(self, inv: Invocation, response: dict[str, Any]) -> Delivery:
+        self._stage(inv, Stage.RESPONSE_DELIVERED, response=response, observed=_observed(response))
+        return Delivery(inv.inv, "delivered", response)
+
+    # -- faults -------------------------------------------------------------------------------
+    def _fire(self, f: PlannedFault, inv: Invocation, **extra: Any) -> Delivery | None:
+        """Perform a fault's action on the world/runtime and log it as fired; returns a Delivery if it ends the call."""
+        self.injector.fire(f)
+        plan = inv.plan
+        data: dict[str, Any] = {"fault": f.index, "kind": f.kind, "stage": str(f.stage), "inv": inv.inv, **extra}
+        if f.kind == "permission_drift":
+            op = self.backend.operation(inv.request.op)
+            perm = f.permission or op.permission
+            self.backend.revoke(inv.request.principal, perm)
+            self.trace.append("fault_fired", **data)
+            self.trace.append("permission_revoked", principal=inv.request.principal, permission=perm)
+            return None
+        if f.kind == "stale_state":
+            ref = plan.targets[0] if plan and plan.targets else None
+            self.trace.append("fault_fired", **data, ref=ref)
+            if ref is not None:
+                w = self.backend.concurrent_write(ref, f.fields)
+                self.trace.append("world_write", by="concurrent_writer", fields=f.fields, **w)
+            return None
+        if f.kind == "transient_interruption":
+            inv.status = "suspended"
+            self.runtime.checkpoint(inv)
+            self.trace.append("fault_fired", **data, unit=inv.units_done)
+            return Delivery(inv.inv, "interrupted", None)
+        if f.kind == "state_loss":
+            if inv.status == "running":
+                inv.status = "suspended"
+                self.runtime.checkpoint(inv)
+            self.trace.append("fault_fired", **data, unit=inv.units_done)
+            lost = self.runtime.lose_local()
+            self.trace.append("state_lost", discarded=lost, durable=sorted(self.runtime.durable))
+            return Delivery(inv.inv, "lost", None)
+        self.trace.append("fault_fired", **data)
+        return None
+
+
+def _guards(g: Guards) -> dict[str, Any]:
+    return {"idempotency_key": g.idempotency_key, "expected_version": g.expected_version,
+            "authority_at_commit": g.authority_at_commit}
+
+
+def _observed(response: dict[str, Any]) -> list[list[Any]]:
+    """Record versions a delivered response showed the caller (for the stale-write detector)."""
+    result = response.get("result") or {}
+    out = []
+    if isinstance(result.get("record"), dict) and "ref" in result:
+        out.append([result["ref"], result["record"].get(VERSION)])
+    for r in result.get("records", []) if isinstance(result.get("records"), list) else []:
+        out.append([r.get("ref"), r.get(VERSION)])
+    return out

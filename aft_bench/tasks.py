@@ -1,0 +1,146 @@
+"""Tasks tau = (spec, s0, phi, alpha, psi, budget) as data, and the state predicates phi is built from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aft_bench.canonical import digest
+from aft_bench.errors import InputError
+from aft_bench.manifest import read_toml, validate
+from aft_bench.world import World
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Condition(_Strict):
+    """One clause of a postcondition: a record field equals a value, or a count of matching records."""
+
+    record: str | None = None
+    field: str | None = None
+    equals: Any = None
+    collection: str | None = None
+    where: dict[str, Any] = Field(default_factory=dict)
+    count: int | None = Field(default=None, ge=0)
+    at_least: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Condition:
+        field_form = self.record is not None and self.field is not None
+        count_form = self.collection is not None and (self.count is not None) != (self.at_least is not None)
+        if field_form == count_form:
+            raise ValueError("a condition is either {record, field, equals} or {collection, where, count|at_least}")
+        return self
+
+    def holds(self, state: dict[str, Any]) -> bool:
+        records = state["records"]
+        if self.record is not None:
+            coll, key = self.record.split("/", 1)
+            rec = records.get(coll, {}).get(key)
+            return rec is not None and rec.get(self.field) == self.equals
+        n = sum(
+            1 for r in records.get(self.collection, {}).values() if all(r.get(f) == v for f, v in self.where.items())
+        )
+        return n == self.count if self.count is not None else n >= (self.at_least or 0)
+
+
+class AbortTrigger(_Strict):
+    """A world event after which the task policy requires the target write NOT to happen."""
+
+    event: Literal["concurrent_write", "permission_revoked"]
+    ref: str | None = None
+    permission: str | None = None
+
+
+class Policy(_Strict):
+    """alpha: acceptance. By default the goal must hold; after an abort trigger, non-action is required."""
+
+    non_action_required: bool = False
+    abort_if: tuple[AbortTrigger, ...] = ()
+
+
+class Step(_Strict):
+    """One scripted action: a call, a transport retransmission, a resume, a status or verify query, or the end."""
+
+    call: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    intent: str = "task"
+    principal: str = "agent"
+    key: str | None = None
+    expect_version: int | None = None
+    authority: bool = False
+    retransmit: bool = False
+    resume: str | None = None
+    status: str | None = None
+    verify: str | None = None
+    end: Literal["finish", "abort", "refuse", "escalate"] | None = None
+    claim: Literal["success", "failure", "unknown"] = "unknown"
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Step:
+        chosen = [self.call, self.retransmit or None, self.resume, self.status, self.verify, self.end]
+        if sum(x is not None for x in chosen) != 1:
+            raise ValueError("a step has exactly one of call, retransmit, resume, status, verify, end")
+        return self
+
+
+class Task(_Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    world: str
+    spec: str
+    state: dict[str, Any] = Field(default_factory=dict)
+    goal: tuple[Condition, ...] = Field(min_length=1)
+    policy: Policy = Policy()
+    target_ops: tuple[str, ...] = Field(min_length=1)
+    allowed_ops: tuple[str, ...] = ()
+    required_capabilities: tuple[str, ...] = ()
+    budget: int = Field(default=12, ge=1)
+    oracle: tuple[Step, ...] = ()
+
+    @property
+    def hash(self) -> str:
+        return digest(self.model_dump(mode="json"))
+
+    def phi(self, state: dict[str, Any]) -> bool:
+        """The requested postcondition on a backend state."""
+        return all(c.holds(state) for c in self.goal)
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self.required_capabilities or self.target_ops
+
+
+class TaskFile(_Strict):
+    tasks: tuple[Task, ...] = Field(min_length=1)
+
+
+def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
+    """Load a task file and check every operation and record it names exists in `world`."""
+    p = Path(path)
+    tasks = validate(TaskFile, read_toml(p), p).tasks
+    ops = world.operations
+    seen: set[str] = set()
+    for i, t in enumerate(tasks):
+        where = f"tasks.{i}"
+        if t.id in seen:
+            raise InputError(p, f"{where}.id", t.id, "duplicate task id")
+        seen.add(t.id)
+        if t.world != world.id:
+            raise InputError(p, f"{where}.world", t.world, f"task file belongs to world '{world.id}'")
+        for fld in ("target_ops", "allowed_ops", "required_capabilities"):
+            for name in getattr(t, fld):
+                if name not in ops:
+                    raise InputError(p, f"{where}.{fld}", name, "unknown operation")
+        for j, step in enumerate(t.oracle):
+            for name in (step.call, step.verify):
+                if name is not None and name not in ops:
+                    raise InputError(p, f"{where}.oracle.{j}", name, "unknown operation")
+        try:
+            world.initial_state(t.state)
+        except KeyError as exc:
+            raise InputError(p, f"{where}.state", exc.args[0], "unknown collection") from None
+    return tasks

@@ -1,0 +1,126 @@
+"""The oracle trace: append-only, hash-chained events; JSON Lines on disk, written in append mode.
+
+The API offers `append` and reading, nothing else. Each event carries a sequence number and the hash of
+the previous event; `seal` closes a trace with its event count, so modification, reordering and
+truncation are all detectable by `verify`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from aft_bench.canonical import canonical_json, digest
+from aft_bench.errors import TraceIntegrityError
+
+GENESIS = "0" * 64
+SEAL = "sealed"
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    kind: str
+    data: Mapping[str, Any]
+    prev: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "data": dict(self.data), "prev": self.prev, "hash": self.hash}
+
+
+def _event_hash(seq: int, kind: str, data: Any, prev: str) -> str:
+    return digest({"seq": seq, "kind": kind, "data": data, "prev": prev})
+
+
+def _freeze(data: dict[str, Any]) -> Mapping[str, Any]:
+    # Round-trip through JSON so stored data is detached from the caller's objects and JSON-exact.
+    return MappingProxyType(json.loads(canonical_json(data)))
+
+
+class Trace:
+    """An append-only event log, optionally mirrored to a JSONL file opened in append mode."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._events: list[Event] = []
+        self._path = Path(path) if path is not None else None
+        self._fh = None
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self._path.open("a", encoding="utf-8")
+
+    @property
+    def head(self) -> str:
+        return self._events[-1].hash if self._events else GENESIS
+
+    @property
+    def sealed(self) -> bool:
+        return bool(self._events) and self._events[-1].kind == SEAL
+
+    def append(self, kind: str, /, **data: Any) -> Event:
+        if self.sealed:
+            raise TraceIntegrityError("append to a sealed trace")
+        frozen = _freeze(data)
+        seq = len(self._events)
+        ev = Event(seq, kind, frozen, self.head, _event_hash(seq, kind, dict(frozen), self.head))
+        self._events.append(ev)
+        if self._fh is not None:
+            self._fh.write(canonical_json(ev.to_dict()) + "\n")
+            self._fh.flush()
+        return ev
+
+    def seal(self) -> Event:
+        """Close the trace with its event count; returns the seal event, whose hash anchors the whole trace."""
+        ev = self.append(SEAL, count=len(self._events))
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        return ev
+
+    def events(self) -> tuple[Event, ...]:
+        return tuple(self._events)
+
+    def of_kind(self, *kinds: str) -> list[Event]:
+        return [e for e in self._events if e.kind in kinds]
+
+
+def read_events(path: str | Path) -> list[Event]:
+    """Parse a JSONL trace file (no integrity check; see `verify`)."""
+    out = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            raw = json.loads(line)
+            out.append(Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise TraceIntegrityError(f"{path}: line {lineno}: unreadable event ({exc})") from None
+    return out
+
+
+def verify(events: Iterable[Event], expected_head: str | None = None, where: str = "trace") -> str:
+    """Check sequence, chain and seal; returns the head hash or raises TraceIntegrityError naming the event."""
+    prev = GENESIS
+    last: Event | None = None
+    for i, ev in enumerate(events):
+        if ev.seq != i:
+            raise TraceIntegrityError(f"{where}: event {i} has seq {ev.seq} (events missing or reordered)")
+        if ev.prev != prev:
+            raise TraceIntegrityError(f"{where}: event {i} does not chain to its predecessor")
+        if _event_hash(ev.seq, ev.kind, dict(ev.data), ev.prev) != ev.hash:
+            raise TraceIntegrityError(f"{where}: event {i} ({ev.kind}) was modified")
+        if last is not None and last.kind == SEAL:
+            raise TraceIntegrityError(f"{where}: events after the seal")
+        prev, last = ev.hash, ev
+    if last is None or last.kind != SEAL:
+        raise TraceIntegrityError(f"{where}: no seal at the end (truncated or unfinished)")
+    if last.data.get("count") != last.seq:
+        raise TraceIntegrityError(f"{where}: seal count {last.data.get('count')} != {last.seq} events")
+    if expected_head is not None and last.hash != expected_head:
+        raise TraceIntegrityError(f"{where}: head {last.hash[:12]} differs from recorded {expected_head[:12]}")
+    return last.hash
+
+
+def verify_file(path: str | Path, expected_head: str | None = None) -> str:
+    return verify(read_events(path), expected_head, where=str(path))

@@ -1,0 +1,174 @@
+"""World manifests: records, their initial state s0, principals, and business operations as data."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aft_bench.canonical import digest
+from aft_bench.errors import InputError
+from aft_bench.manifest import read_toml, validate
+
+EffectClass = Literal["read", "reversible", "compensatable", "irreversible"]
+OpKind = Literal["read", "list", "create", "update", "update_many", "job"]
+ArgType = Literal["str", "int", "float", "bool"]
+WRITE_KINDS = frozenset({"create", "update", "update_many", "job"})
+KEY_KINDS = frozenset({"read", "update", "job"})
+
+VERSION = "_version"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Arg(_Strict):
+    """One argument of an operation; `business` args form the logical effect identity."""
+
+    type: ArgType
+    description: str = ""
+    business: bool = True
+
+
+class Operation(_Strict):
+    """A business operation, built from one generic primitive (`kind`) over one collection."""
+
+    description: str
+    kind: OpKind
+    effect: EffectClass
+    collection: str
+    permission: str
+    args: dict[str, Arg] = Field(default_factory=dict)
+    key: str | None = None
+    where: dict[str, Any] = Field(default_factory=dict)
+    set: dict[str, Any] = Field(default_factory=dict)
+    work_units: int = Field(default=1, ge=1)
+    work_units_field: str | None = None
+    creates: str | None = None
+    compensates: str | None = None
+    key_prefix: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Operation:
+        is_write = self.kind in WRITE_KINDS
+        if is_write and self.effect == "read":
+            raise ValueError(f"kind '{self.kind}' writes, so effect cannot be 'read'")
+        if not is_write and self.effect != "read":
+            raise ValueError(f"kind '{self.kind}' only reads, so effect must be 'read'")
+        if self.kind in KEY_KINDS and self.key is None:
+            raise ValueError(f"kind '{self.kind}' needs 'key' (the argument naming the target record)")
+        if self.key is not None and self.key not in self.args:
+            raise ValueError(f"key '{self.key}' is not a declared argument")
+        if self.kind == "job" and self.creates is None:
+            raise ValueError("kind 'job' needs 'creates' (the collection receiving its artifact)")
+        for name, val in {**self.where, **self.set}.items():
+            if isinstance(val, str) and val.startswith("$") and val[1:] not in self.args:
+                raise ValueError(f"'{name}' refers to undeclared argument '{val}'")
+        return self
+
+    @property
+    def is_write(self) -> bool:
+        return self.kind in WRITE_KINDS
+
+
+class Principal(_Strict):
+    permissions: list[str] = Field(default_factory=list)
+
+
+class WorldInfo(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = ""
+
+
+class WorldManifest(_Strict):
+    world: WorldInfo
+    collections: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    state: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
+    principals: dict[str, Principal]
+    operations: dict[str, Operation]
+
+    @model_validator(mode="after")
+    def _references(self) -> WorldManifest:
+        for coll in self.state:
+            if coll not in self.collections:
+                raise ValueError(f"state.{coll}: collection '{coll}' is not declared in [collections]")
+        for name, op in self.operations.items():
+            for coll in (op.collection, op.creates):
+                if coll is not None and coll not in self.collections:
+                    raise ValueError(f"operations.{name}: unknown collection '{coll}'")
+            if op.compensates is not None and op.compensates not in self.operations:
+                raise ValueError(f"operations.{name}: compensates unknown operation '{op.compensates}'")
+        return self
+
+
+@dataclass(frozen=True)
+class World:
+    """A loaded, validated world: the manifest plus its source path and content hash."""
+
+    path: Path
+    manifest: WorldManifest
+
+    @property
+    def id(self) -> str:
+        return self.manifest.world.id
+
+    @property
+    def operations(self) -> dict[str, Operation]:
+        return self.manifest.operations
+
+    @cached_property
+    def hash(self) -> str:
+        return digest(self.manifest.model_dump(mode="json"))
+
+    def initial_state(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """s0 as a fresh plain dict: records (with versions), permissions, counters, ledger, idempotency table."""
+        records: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.manifest.collections}
+        for coll, recs in self.manifest.state.items():
+            for key, rec in recs.items():
+                records[coll][key] = {**copy.deepcopy(rec), VERSION: rec.get(VERSION, 1)}
+        permissions = {p: sorted(set(v.permissions)) for p, v in self.manifest.principals.items()}
+        state: dict[str, Any] = {
+            "records": records,
+            "permissions": permissions,
+            "counters": {c: 0 for c in self.manifest.collections},
+            "ledger": [],
+            "idempotency": {},
+        }
+        if overrides:
+            apply_overrides(state, overrides)
+        return state
+
+
+def apply_overrides(state: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Patch s0 with a task's overrides: {"records": {coll: {key: fields}}, "permissions": {principal: [...]}}."""
+    for coll, recs in overrides.get("records", {}).items():
+        if coll not in state["records"]:
+            raise KeyError(f"records.{coll}")
+        for key, fields in recs.items():
+            base = state["records"][coll].get(key, {VERSION: 1})
+            state["records"][coll][key] = {**base, **copy.deepcopy(fields)}
+    for principal, perms in overrides.get("permissions", {}).items():
+        state["permissions"][principal] = sorted(set(perms))
+
+
+def load_world(path: str | Path) -> World:
+    """Load and validate a world manifest (TOML); bad input raises InputError naming file, field, value."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "world.toml"
+    manifest = validate(WorldManifest, read_toml(p), p)
+    return World(path=p, manifest=manifest)
+
+
+def find_world(worlds_dir: Path, world_id: str) -> World:
+    """Load `worlds/<id>/world.toml`; an unknown id lists the known ones."""
+    path = worlds_dir / world_id / "world.toml"
+    if not path.exists():
+        known = sorted(d.name for d in worlds_dir.iterdir() if (d / "world.toml").exists())
+        raise InputError(worlds_dir, "world", world_id, f"unknown world; known: {', '.join(known)}")
+    return load_world(path)
