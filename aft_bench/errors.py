@@ -14,7 +14,20 @@ class InputError(Exception):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{self.path}: field '{field}': {problem} (got {value!r})")
+        shown = repr(value)
+        if len(shown) > 160:
+            shown = shown[:157] + "..."
+        super().__init__(f"{self.path}: field '{field}': {problem} (got {shown})")
+
+
+class FieldProblem(ValueError):
+    """Raised inside model validators to name the exact sub-field and value at fault."""
+
+    def __init__(self, field: str, value: Any, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(problem)
 
 
 class HarnessError(Exception):

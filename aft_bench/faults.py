@@ -10,11 +10,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aft_bench.canonical import digest
+from aft_bench.errors import FieldProblem, InputError
 from aft_bench.manifest import read_toml, validate
 from aft_bench.stages import Stage
 
@@ -71,7 +72,7 @@ class FaultSpec(BaseModel):
     def _stage_allowed(self) -> FaultSpec:
         if self.stage is not None and self.stage not in FAULT_STAGES[self.kind]:
             allowed = ", ".join(FAULT_STAGES[self.kind])
-            raise ValueError(f"{self.kind} acts only at {allowed}, not {self.stage}")
+            raise FieldProblem("stage", str(self.stage), f"{self.kind} acts only at {allowed}")
         return self
 
 
@@ -88,6 +89,14 @@ class FaultSchedule(BaseModel):
 
 
 NO_FAULTS = FaultSchedule(id="none")
+
+
+def check_schedule(schedule: FaultSchedule, operations: Iterable[str], path: str | Path, prefix: str = "faults") -> None:
+    """A fault naming an operation the world lacks could never fire: reject it as bad input."""
+    known = set(operations)
+    for i, f in enumerate(schedule.faults):
+        if f.op not in known:
+            raise InputError(path, f"{prefix}.{i}.op", f.op, f"unknown operation; known: {', '.join(sorted(known))}")
 
 
 def load_schedule(path: str | Path) -> FaultSchedule:

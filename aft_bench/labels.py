@@ -110,7 +110,8 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task
             realized |= units
             is_unauth = not entry["authorized"]
             is_stale = any(
-                any(last_seen.get(t["ref"], -1) < w < e.seq for w in foreign.get(t["ref"], []))
+                t.get("changed", True)
+                and any(last_seen.get(t["ref"], -1) < w < e.seq for w in foreign.get(t["ref"], []))
                 for t in entry["targets"]
             )
             is_unintended = (

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from aft_bench.errors import InputError
+from aft_bench.errors import FieldProblem, InputError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,6 +30,11 @@ def validate(model: type[M], data: Any, path: Path, prefix: str = "") -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
-        field = ".".join(p for p in (prefix, loc) if p) or "<root>"
-        raise InputError(path, field, err.get("input"), err["msg"]) from None
+        loc = [str(p) for p in err["loc"] if p != "__root__"]
+        value = "<missing>" if err["type"] == "missing" else err.get("input")
+        problem = err["msg"]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldProblem):
+            loc, value, problem = loc + [cause.field], cause.value, cause.problem
+        field = ".".join(p for p in (prefix, *loc) if p) or "<root>"
+        raise InputError(path, field, value, problem) from None

@@ -252,6 +252,7 @@ class Pipeline:
 
     def _respond(self, inv: Invocation, response: dict[str, Any]) -> Delivery:
         response = {**response, "inv": inv.inv, "op": inv.request.op}
+        self._stage(inv, Stage.RESPONSE_GENERATED, response=response)
         dropped = False
         for f in self.injector.due(Stage.RESPONSE_GENERATED, inv.inv):
             if f.kind == "false_failure":
@@ -263,7 +264,6 @@ class Pipeline:
         inv.response = response
         inv.status = "responded" if inv.status in ("committed", "failed", "accepted") else inv.status
         self.runtime.checkpoint(inv)
-        self._stage(inv, Stage.RESPONSE_GENERATED, response=response)
         if dropped:
             self._stage(inv, Stage.RESPONSE_DROPPED)
             return Delivery(inv.inv, "dropped", None)

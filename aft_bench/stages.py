@@ -1,4 +1,10 @@
-"""The stages every invocation passes, in order; faults act at the boundary after a stage."""
+"""The stages every invocation passes, in order.
+
+A fault of a stage acts where that stage is reached: faults of REQUEST_ACCEPTED, BACKEND_STARTED and
+RESPONSE_GENERATED act right after the stage is recorded (on the admitted request, the running backend, the
+generated response); faults of EFFECT_COMMITTED alter the commit itself, so they fire just before the
+EFFECT_COMMITTED stage event, which then records the altered commit.
+"""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.canonical import digest
-from aft_bench.errors import InputError
+from aft_bench.errors import FieldProblem, InputError
 from aft_bench.manifest import read_toml, validate
 
 EffectClass = Literal["read", "reversible", "compensatable", "irreversible"]
@@ -57,18 +57,19 @@ class Operation(_Strict):
     def _consistent(self) -> Operation:
         is_write = self.kind in WRITE_KINDS
         if is_write and self.effect == "read":
-            raise ValueError(f"kind '{self.kind}' writes, so effect cannot be 'read'")
+            raise FieldProblem("effect", self.effect, f"kind '{self.kind}' writes, so effect cannot be 'read'")
         if not is_write and self.effect != "read":
-            raise ValueError(f"kind '{self.kind}' only reads, so effect must be 'read'")
+            raise FieldProblem("effect", self.effect, f"kind '{self.kind}' only reads, so effect must be 'read'")
         if self.kind in KEY_KINDS and self.key is None:
-            raise ValueError(f"kind '{self.kind}' needs 'key' (the argument naming the target record)")
+            raise FieldProblem("key", None, f"kind '{self.kind}' needs 'key' (the argument naming the target record)")
         if self.key is not None and self.key not in self.args:
-            raise ValueError(f"key '{self.key}' is not a declared argument")
+            raise FieldProblem("key", self.key, "not a declared argument")
         if self.kind == "job" and self.creates is None:
-            raise ValueError("kind 'job' needs 'creates' (the collection receiving its artifact)")
-        for name, val in {**self.where, **self.set}.items():
-            if isinstance(val, str) and val.startswith("$") and val[1:] not in self.args:
-                raise ValueError(f"'{name}' refers to undeclared argument '{val}'")
+            raise FieldProblem("creates", None, "kind 'job' needs 'creates' (the collection receiving its artifact)")
+        for part, template in (("where", self.where), ("set", self.set)):
+            for name, val in template.items():
+                if isinstance(val, str) and val.startswith("$") and val[1:] not in self.args:
+                    raise FieldProblem(f"{part}.{name}", val, "refers to an undeclared argument")
         return self
 
     @property
@@ -96,13 +97,14 @@ class WorldManifest(_Strict):
     def _references(self) -> WorldManifest:
         for coll in self.state:
             if coll not in self.collections:
-                raise ValueError(f"state.{coll}: collection '{coll}' is not declared in [collections]")
+                raise FieldProblem(f"state.{coll}", coll, "collection is not declared in [collections]")
         for name, op in self.operations.items():
-            for coll in (op.collection, op.creates):
+            for fld in ("collection", "creates"):
+                coll = getattr(op, fld)
                 if coll is not None and coll not in self.collections:
-                    raise ValueError(f"operations.{name}: unknown collection '{coll}'")
+                    raise FieldProblem(f"operations.{name}.{fld}", coll, "unknown collection")
             if op.compensates is not None and op.compensates not in self.operations:
-                raise ValueError(f"operations.{name}: compensates unknown operation '{op.compensates}'")
+                raise FieldProblem(f"operations.{name}.compensates", op.compensates, "unknown operation")
         return self
 
 

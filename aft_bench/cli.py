@@ -1,0 +1,146 @@
+"""The `aft-bench` command line. Bad input exits 2 with a message naming file, field and value."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from aft_bench import __version__
+from aft_bench.errors import InputError, TraceIntegrityError
+
+DEFAULT_WORLDS = Path(__file__).resolve().parent.parent / "worlds"
+
+
+def _worlds_dir(arg: str | None) -> Path:
+    if arg is not None:
+        return Path(arg)
+    local = Path.cwd() / "worlds"
+    return local if local.is_dir() else DEFAULT_WORLDS
+
+
+def _yes(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from aft_bench.calibration import WorldSet, baselines, detector_table, run_cases
+
+    worlds = WorldSet(_worlds_dir(args.worlds))
+    cases_path = Path(args.cases) if args.cases else worlds.dir / "calibration" / "cases.toml"
+    results = run_cases(worlds, cases_path)
+    rows = detector_table(results)
+    width = max(len(r.detector) for r in rows)
+    print(f"{'detector':<{width}}  positive fired  negative silent")
+    for r in rows:
+        print(f"{r.detector:<{width}}  {_yes(r.positive_fired):<14}  {_yes(r.negative_silent)}")
+    bad_cases = [r for r in results if not r.ok]
+    for r in bad_cases:
+        kind = "positive missed" if r.case.positive else "negative fired"
+        print(f"  FAIL {r.case.detector} ({kind}) on {r.case.task}: {r.case.note}", file=sys.stderr)
+    base = baselines(worlds)
+    print()
+    print(f"{'task':<36}  do-nothing              oracle")
+    for b in base:
+        print(f"{b.task:<36}  {b.nothing_outcome:<22}  {b.oracle_outcome}{'' if b.ok else '  <-- FAIL'}")
+    failed_detectors = [r.detector for r in rows if not r.ok]
+    failed_base = [b.task for b in base if not b.ok]
+    print()
+    print(f"{len(results)} cases, {len(rows)} detectors: {len(rows) - len(failed_detectors)} calibrated, "
+          f"{len(failed_detectors)} failing; baselines: {len(base) - len(failed_base)}/{len(base)} hold")
+    return 1 if failed_detectors or failed_base or bad_cases else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from aft_bench.calibration import load_cases
+    from aft_bench.faults import check_schedule, load_schedule
+    from aft_bench.tasks import load_tasks
+    from aft_bench.world import load_world
+
+    for raw in args.paths:
+        p = Path(raw)
+        if p.is_dir() or p.name == "world.toml":
+            world = load_world(p)
+            tasks = p / "tasks.toml" if p.is_dir() else p.parent / "tasks.toml"
+            n = len(load_tasks(tasks, world)) if tasks.exists() else 0
+            print(f"ok  {p}: world '{world.id}', {len(world.operations)} operations, {n} tasks")
+        elif p.name == "tasks.toml":
+            world = load_world(p.parent)
+            print(f"ok  {p}: {len(load_tasks(p, world))} tasks")
+        elif p.parent.name == "calibration":
+            print(f"ok  {p}: {len(load_cases(p))} calibration cases")
+        else:
+            sched = load_schedule(p)
+            if p.parent.name == "faults" and (p.parent.parent / "world.toml").exists():
+                check_schedule(sched, load_world(p.parent.parent).operations, p)
+            print(f"ok  {p}: fault schedule '{sched.id}', {len(sched.faults)} faults")
+    return 0
+
+
+def cmd_verify_trace(args: argparse.Namespace) -> int:
+    from aft_bench.trace import verify_file
+
+    head = verify_file(args.trace, args.head)
+    print(f"ok  {args.trace}: chain intact and sealed, head {head}")
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from aft_bench.catalog import generate_catalog
+
+    try:
+        tools = generate_catalog(args.size, args.seed, tuple(args.required))
+    except ValueError as exc:
+        raise InputError("--size/--required", "catalog", args.size, str(exc)) from None
+    if args.json:
+        print(json.dumps([t.schema() for t in tools], indent=2))
+    else:
+        for t in tools:
+            print(t.card())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aft-bench", description=__doc__)
+    p.add_argument("--version", action="version", version=f"aft-bench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("calibrate", help="run every detector's known-positive and known-negative case")
+    c.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    c.add_argument("--cases", help="calibration cases file (default: WORLDS/calibration/cases.toml)")
+    c.set_defaults(func=cmd_calibrate)
+
+    v = sub.add_parser("validate", help="validate world, task, fault-schedule or calibration files")
+    v.add_argument("paths", nargs="+")
+    v.set_defaults(func=cmd_validate)
+
+    t = sub.add_parser("verify-trace", help="check a trace file's hash chain and seal")
+    t.add_argument("trace")
+    t.add_argument("--head", help="expected head hash (e.g. from a result row)")
+    t.set_defaults(func=cmd_verify_trace)
+
+    g = sub.add_parser("catalog", help="print a generated tool catalog")
+    g.add_argument("--size", type=int, default=10)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--required", nargs="*", default=[])
+    g.add_argument("--json", action="store_true", help="full schemas instead of compact cards")
+    g.set_defaults(func=cmd_catalog)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as exc:
+        print(f"aft-bench: error: {exc}", file=sys.stderr)
+        return 2
+    except TraceIntegrityError as exc:
+        print(f"aft-bench: trace integrity: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
