@@ -13,7 +13,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.errors import InputError
+from aft_bench.errors import FieldProblem, InputError
 from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule
 from aft_bench.labels import OUTCOMES, Labels
 from aft_bench.manifest import read_toml, validate
@@ -55,7 +55,7 @@ class Case(BaseModel):
     @model_validator(mode="after")
     def _known(self) -> Case:
         if self.detector not in DETECTORS:
-            raise ValueError(f"unknown detector '{self.detector}'; known: {', '.join(DETECTORS)}")
+            raise FieldProblem("detector", self.detector, f"unknown detector; known: {', '.join(DETECTORS)}")
         return self
 
 

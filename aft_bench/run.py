@@ -69,14 +69,19 @@ def drive(pipeline: Pipeline, steps: Sequence[Step], budget: int) -> tuple[str, 
                 raise ValueError("retransmit before any call")
             delivery = pipeline.invoke(last_req)
         elif step.resume is not None:
-            delivery = pipeline.resume(last_inv if step.resume == "last" else step.resume)  # type: ignore[arg-type]
+            delivery = pipeline.resume(_inv(step.resume, last_inv))
         elif step.status is not None:
-            delivery = pipeline.status(last_inv if step.status == "last" else step.status)  # type: ignore[arg-type]
+            delivery = pipeline.status(_inv(step.status, last_inv))
         elif step.verify is not None:
             delivery = pipeline.verify(step.verify, dict(step.args))
         if delivery is not None and delivery.invocation is not None and (step.call is not None or step.retransmit):
             last_inv = delivery.invocation
     return "none", None
+
+
+def _inv(ref: str, last: str | None) -> str:
+    """Resolve "last" to the most recent invocation id; with none yet, an id the runtime cannot know."""
+    return (last or "inv-none") if ref == "last" else ref
 
 
 def run_scripted(world: World, task: Task, steps: Sequence[Step], schedule: FaultSchedule = NO_FAULTS,

@@ -1,0 +1,81 @@
+"""`aft-bench calibrate`: every detector calibrated, baselines hold, and a broken detector case fails the run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aft_bench.calibration import DETECTORS, baselines, load_cases
+from aft_bench.cli import main
+
+from conftest import WORLDS
+
+
+def test_every_detector_has_a_positive_and_a_negative_case() -> None:
+    cases = load_cases(WORLDS / "calibration" / "cases.toml")
+    for name in DETECTORS:
+        polarities = {c.positive for c in cases if c.detector == name}
+        assert polarities == {True, False}, name
+
+
+def test_calibrate_passes_and_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--worlds", str(WORLDS)]) == 0
+    out = capsys.readouterr().out
+    assert "positive fired" in out and "negative silent" in out
+    for name in DETECTORS:
+        assert name in out
+    assert f"{len(DETECTORS)} calibrated, 0 failing" in out
+
+
+def test_baselines_do_nothing_never_completes_and_oracle_is_correct(worlds) -> None:
+    rows = baselines(worlds)
+    assert rows and all(r.ok for r in rows)
+    assert all(r.nothing_outcome != "completed" for r in rows if r.needs_write)
+    assert sum(r.oracle_outcome == "completed" for r in rows) >= len(rows) - 1
+
+
+def _copy_worlds(tmp_path: Path) -> Path:
+    dst = tmp_path / "worlds"
+    shutil.copytree(WORLDS, dst)
+    return dst
+
+
+def test_detector_missing_its_positive_fails_calibration(tmp_path: Path, capsys) -> None:
+    dst = _copy_worlds(tmp_path)
+    cases = dst / "calibration" / "cases.toml"
+    text = cases.read_text()
+    # Turn the duplicate positive into a run that cannot duplicate (idempotency key on both calls).
+    broken = text.replace(
+        '{ call = "charge_payment", args = { order_id = "o1", amount = 50, note = "retry" } },',
+        '{ retransmit = true },', 1)
+    broken = broken.replace(
+        '{ call = "charge_payment", args = { order_id = "o1", amount = 50, note = "" } },\n  { retransmit = true },',
+        '{ call = "charge_payment", args = { order_id = "o1", amount = 50, note = "" }, key = "z" },\n  { retransmit = true },', 1)
+    assert broken != text
+    cases.write_text(broken)
+    assert main(["calibrate", "--worlds", str(dst)]) == 1
+    captured = capsys.readouterr()
+    assert "duplicate_effect" in captured.err and "positive missed" in captured.err
+
+
+def test_detector_firing_on_its_negative_fails_calibration(tmp_path: Path, capsys) -> None:
+    dst = _copy_worlds(tmp_path)
+    cases = dst / "calibration" / "cases.toml"
+    text = cases.read_text()
+    broken = text.replace(', expect_version = 1 },\n  { end = "abort", claim = "failure" },',
+                          ' },\n  { end = "abort", claim = "failure" },', 1)
+    assert broken != text
+    cases.write_text(broken)
+    assert main(["calibrate", "--worlds", str(dst)]) == 1
+    assert "stale_write (negative fired)" in capsys.readouterr().err
+
+
+def test_unknown_detector_in_cases_is_bad_input(tmp_path: Path, capsys) -> None:
+    dst = _copy_worlds(tmp_path)
+    cases = dst / "calibration" / "cases.toml"
+    cases.write_text(cases.read_text().replace('detector = "stale_write"', 'detector = "stale_wrte"', 1))
+    assert main(["calibrate", "--worlds", str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert "cases.toml" in err and "cases.4.detector" in err and "stale_wrte" in err
