@@ -149,19 +149,26 @@ class MemoryBackend:
         ]
         return {"records": found}
 
-    def evidence(self, op_name: str, business_args: dict[str, Any]) -> dict[str, Any]:
-        """Authoritative evidence about an operation's effects: ledger entries and current target records."""
-        entries = [
-            e for e in self.state["ledger"] if e["op"] == op_name and e["business_args"] == business_args
-        ]
-        refs = sorted({t["ref"] for e in entries for t in e["targets"]})
-        return {
-            "op": op_name,
-            "commits": len(entries),
-            "parts_realized": sorted({p for e in entries for p in e["parts_realized"]}),
-            "parts_total": max((e["parts_total"] for e in entries), default=0),
-            "records": {r: self.record(r) for r in refs},
-        }
+    def evidence(self, plan: Plan) -> dict[str, Any]:
+        """Authoritative state evidence for a write's own postcondition: do its intended values hold now?
+
+        State-level only: it says whether a matching record exists, not which invocation made it.
+        """
+        op = self.operation(plan.op_name)
+        values = self._bind(op.set, plan.args)
+        if not op.is_write:
+            return {"holds": True, "parts_done": 0, "parts_total": 0}
+        if op.kind in ("create", "job"):
+            coll = op.creates or op.collection
+            want = {**values, "source": plan.targets[0]} if op.kind == "job" else values
+            found = any(all(r.get(f) == v for f, v in want.items()) for r in self.state["records"][coll].values())
+            return {"holds": found, "parts_done": int(found), "parts_total": 1}
+        done = sum(1 for ref in plan.targets if all((self.record(ref) or {}).get(f) == v for f, v in values.items()))
+        return {"holds": done == len(plan.targets), "parts_done": done, "parts_total": len(plan.targets)}
+
+    def key_committed(self, key: str) -> bool:
+        """Effect-level evidence: has a write under this idempotency key committed?"""
+        return key in self.state["idempotency"]
 
     # -- faults acting on the world (called by the harness, never by an agent) -------------
     def concurrent_write(self, ref: str, fields: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.errors import FieldProblem, InputError
-from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule
+from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule, require_ops
 from aft_bench.labels import OUTCOMES, Labels
 from aft_bench.manifest import read_toml, validate
 from aft_bench.run import RunResult, run_scripted
@@ -124,6 +124,7 @@ def run_cases(catalog: WorldSet, path: Path) -> list[CaseResult]:
     for i, case in enumerate(load_cases(path)):
         world, task = catalog.task(case.task, path, f"cases.{i}.task")
         schedule = FaultSchedule(id=f"calibration-{i}", faults=case.faults)
+        require_ops(schedule, path, f"cases.{i}.faults")
         check_schedule(schedule, world.operations, path, f"cases.{i}.faults")
         run = run_scripted(world, task, case.steps, schedule, case.seed, durable_state=case.durable_state)
         out.append(CaseResult(case, DETECTORS[case.detector](run.labels), run))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aft_bench.canonical import canonical_json, digest
 from aft_bench.errors import InputError
 from aft_bench.manifest import read_toml, validate
+from aft_bench.world import World, WorldManifest
 
 VOCAB_PATH = Path(__file__).resolve().parent.parent / "worlds" / "catalog" / "vocab.toml"
 
@@ -71,16 +72,11 @@ def load_vocab(path: Path = VOCAB_PATH) -> Vocab:
 
 def _tool(action: Action, resource: str, gloss: str) -> Tool:
     noun = resource.replace("_", " ")
-    params: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
-    if action.verb not in ("list", "search", "create", "import"):
-        params["properties"][f"{resource}_id"] = {"type": "string", "description": f"Id of {gloss}."}
-        params["required"].append(f"{resource}_id")
-    if action.verb in ("search",):
-        params["properties"]["query"] = {"type": "string", "description": "Search text."}
-        params["required"].append("query")
-    if action.verb in ("create", "update", "upload", "import"):
-        params["properties"]["fields"] = {"type": "object", "description": f"Fields of the {noun}."}
-        params["required"].append("fields")
+    params = {
+        "type": "object",
+        "properties": {"target": {"type": "string", "description": f"Id or name of the {noun}."}},
+        "required": ["target"],
+    }
     return Tool(
         name=f"{action.verb}_{resource}",
         action=action.verb,
@@ -124,3 +120,27 @@ def generate_catalog(size: int, seed: int, required: tuple[str, ...] = (), vocab
     if not set(required) <= set(chosen):
         raise ValueError(f"catalog size {size} is too small for {len(required)} required tools")
     return tuple(sorted((tools[n] for n in chosen), key=lambda t: digest([seed, "order", t.name])))
+
+
+def catalog_world(tools: tuple[Tool, ...], world_id: str = "catalog") -> World:
+    """A world whose operations are the catalog's tools: a write records `{tool, target}` in `actions`."""
+    ops: dict[str, Any] = {}
+    for t in tools:
+        op: dict[str, Any] = {
+            "description": t.description,
+            "collection": "actions",
+            "permission": "catalog.use",
+            "args": {"target": {"type": "str", "description": t.parameters["properties"]["target"]["description"]}},
+        }
+        if t.effect == "read":
+            op.update(kind="list", effect="read", where={"tool": t.name, "target": "$target"})
+        else:
+            op.update(kind="create", effect=t.effect, key_prefix="a", set={"tool": t.name, "target": "$target"})
+        ops[t.name] = op
+    manifest = {
+        "world": {"id": world_id, "description": f"Generated catalog of {len(tools)} tools."},
+        "collections": {"actions": {}},
+        "principals": {"agent": {"permissions": ["catalog.use"]}},
+        "operations": ops,
+    }
+    return World(path=VOCAB_PATH, manifest=validate(WorldManifest, manifest, VOCAB_PATH))

@@ -52,7 +52,7 @@ class FaultSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: FaultKind
-    op: str
+    op: str | None = None  # None in a workload variant: the task's first target operation
     stage: Stage | None = None
     occurrence: IntOrRange = 1
     unit: IntOrRange = 1
@@ -91,18 +91,27 @@ class FaultSchedule(BaseModel):
 NO_FAULTS = FaultSchedule(id="none")
 
 
+def require_ops(schedule: FaultSchedule, path: str | Path, prefix: str = "faults") -> None:
+    """A standalone schedule must name the operation each fault targets."""
+    for i, f in enumerate(schedule.faults):
+        if f.op is None:
+            raise InputError(path, f"{prefix}.{i}.op", "<missing>", "Field required")
+
+
 def check_schedule(schedule: FaultSchedule, operations: Iterable[str], path: str | Path, prefix: str = "faults") -> None:
     """A fault naming an operation the world lacks could never fire: reject it as bad input."""
     known = set(operations)
     for i, f in enumerate(schedule.faults):
-        if f.op not in known:
+        if f.op is not None and f.op not in known:
             raise InputError(path, f"{prefix}.{i}.op", f.op, f"unknown operation; known: {', '.join(sorted(known))}")
 
 
 def load_schedule(path: str | Path) -> FaultSchedule:
     """Load a fault schedule TOML; bad input raises InputError naming file, field and value."""
     p = Path(path)
-    return validate(FaultSchedule, read_toml(p), p)
+    schedule = validate(FaultSchedule, read_toml(p), p)
+    require_ops(schedule, p)
+    return schedule
 
 
 @dataclass(frozen=True)
@@ -134,12 +143,15 @@ def realize(schedule: FaultSchedule, seed: int) -> tuple[PlannedFault, ...]:
     def draw(v: IntOrRange) -> int:
         return v if isinstance(v, int) else rng.randint(v[0], v[1])
 
+    missing = [i for i, f in enumerate(schedule.faults) if f.op is None]
+    if missing:
+        raise ValueError(f"schedule {schedule.id}: faults {missing} name no operation")
     return tuple(
         PlannedFault(
             index=i,
             kind=f.kind,
             stage=f.stage or FAULT_STAGES[f.kind][0],
-            op=f.op,
+            op=f.op or "",
             occurrence=draw(f.occurrence),
             unit=draw(f.unit),
             parts=draw(f.parts),

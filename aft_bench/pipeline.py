@@ -171,16 +171,29 @@ class Pipeline:
         self.trace.append("reconciliation", via="status", **info)
         return Delivery(inv_id, "delivered", {"status": "ok", "result": info})
 
-    def verify(self, op: str, args: dict[str, Any]) -> Delivery:
-        """Verification: authoritative evidence from the backend about an operation's effects."""
+    def verify(self, op: str, args: dict[str, Any], idempotency_key: str | None = None) -> Delivery:
+        """Verification: authoritative state evidence for an operation's postcondition (and, given a key,
+        whether that key's effect committed)."""
         try:
             plan = self.backend.plan(op, args)
         except BackendError as exc:
             self.trace.append("verification", op=op, args=args, error=exc.code)
             return Delivery(None, "delivered", {"status": "error", "code": exc.code, "detail": exc.detail})
-        evidence = self.backend.evidence(op, plan.business_args)
+        evidence = self.backend.evidence(plan)
+        if idempotency_key is not None:
+            evidence["key_committed"] = self.backend.key_committed(idempotency_key)
         self.trace.append("verification", op=op, args=args, evidence=evidence)
         return Delivery(None, "delivered", {"status": "ok", "result": evidence})
+
+    def handles(self) -> Delivery:
+        """Recovery handles: the invocations the durable store still knows (empty without durable state)."""
+        rows = [
+            {"inv": i.inv, "op": i.request.op, "args": i.request.args, "lifecycle": i.status,
+             "units_done": i.units_done, "units_total": i.plan.work_units if i.plan else 0}
+            for i in sorted(self.runtime.durable.values(), key=lambda i: i.inv)
+        ]
+        self.trace.append("reconciliation", via="handles", count=len(rows))
+        return Delivery(None, "delivered", {"status": "ok", "result": {"invocations": rows}})
 
     # -- stages -----------------------------------------------------------------------------
     def _stage(self, inv: Invocation, stage: Stage, **data: Any) -> None:

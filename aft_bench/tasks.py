@@ -88,6 +88,22 @@ class Step(_Strict):
         return self
 
 
+class PlanStep(_Strict):
+    """One step of a task's intended plan, independent of the interface: a known operation (`call`) or a
+    capability to find (`find`, a search query), with business arguments; `read` marks a read-only step."""
+
+    call: str | None = None
+    find: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    read: bool = False
+
+    @model_validator(mode="after")
+    def _one(self) -> PlanStep:
+        if (self.call is None) == (self.find is None):
+            raise ValueError("a plan step has exactly one of call, find")
+        return self
+
+
 class Task(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     world: str
@@ -100,6 +116,8 @@ class Task(_Strict):
     required_capabilities: tuple[str, ...] = ()
     budget: int = Field(default=12, ge=1)
     oracle: tuple[Step, ...] = ()
+    plan: tuple[PlanStep, ...] = ()
+    variants: tuple[str, ...] = ()
 
     @property
     def hash(self) -> str:
@@ -122,6 +140,12 @@ def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
     """Load a task file and check every operation and record it names exists in `world`."""
     p = Path(path)
     tasks = validate(TaskFile, read_toml(p), p).tasks
+    check_tasks(tasks, world, p)
+    return tasks
+
+
+def check_tasks(tasks: tuple[Task, ...], world: World, p: Path) -> None:
+    """Task ids unique; every operation a task names exists in `world`; state overrides fit it."""
     ops = world.operations
     seen: set[str] = set()
     for i, t in enumerate(tasks):
@@ -130,7 +154,7 @@ def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
             raise InputError(p, f"{where}.id", t.id, "duplicate task id")
         seen.add(t.id)
         if t.world != world.id:
-            raise InputError(p, f"{where}.world", t.world, f"task file belongs to world '{world.id}'")
+            raise InputError(p, f"{where}.world", t.world, f"these tasks belong to world '{world.id}'")
         for fld in ("target_ops", "allowed_ops", "required_capabilities"):
             for name in getattr(t, fld):
                 if name not in ops:
@@ -139,8 +163,10 @@ def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
             for name in (step.call, step.verify):
                 if name is not None and name not in ops:
                     raise InputError(p, f"{where}.oracle.{j}", name, "unknown operation")
+        for j, pstep in enumerate(t.plan):
+            if pstep.call is not None and pstep.call not in ops:
+                raise InputError(p, f"{where}.plan.{j}.call", pstep.call, "unknown operation")
         try:
             world.initial_state(t.state)
         except KeyError as exc:
             raise InputError(p, f"{where}.state", exc.args[0], "unknown collection") from None
-    return tasks

@@ -1,0 +1,91 @@
+"""Interface conditions: named sets of mechanism settings (the ladder I0..I5 and I5-<mechanism> removals)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from aft_bench.canonical import digest
+from aft_bench.errors import InputError
+from aft_bench.manifest import read_toml, validate
+
+CONDITIONS_PATH = Path(__file__).resolve().parent.parent / "configs" / "conditions.toml"
+
+
+class MechanismModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    discovery: Literal["eager", "selective"]
+    structured: bool
+    observability: bool
+    resume: bool
+    durable: bool
+    effects: Literal["legacy", "idempotent", "guarded"]
+    verification: bool
+
+
+@dataclass(frozen=True)
+class Mechanisms:
+    """The mechanism settings of one interface condition."""
+
+    discovery: str
+    structured: bool
+    observability: bool
+    resume: bool
+    durable: bool
+    effects: str
+    verification: bool
+
+    @property
+    def keys(self) -> bool:
+        """Effect identity and idempotency keys are exposed (idempotent or guarded effects)."""
+        return self.effects in ("idempotent", "guarded")
+
+    @property
+    def guards(self) -> bool:
+        """Version preconditions and authority at the commit point (guarded effects)."""
+        return self.effects == "guarded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ConditionFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ladder: dict[str, MechanismModel]
+    removals: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Every valid condition name and its resolved mechanisms."""
+
+    table: dict[str, Mechanisms]
+    hash: str
+
+    def names(self) -> list[str]:
+        return list(self.table)
+
+    def resolve(self, name: str, path: str | Path = "<config>", field: str = "conditions") -> Mechanisms:
+        if name not in self.table:
+            raise InputError(path, field, name, f"unknown condition; valid: {', '.join(self.table)}")
+        return self.table[name]
+
+
+@lru_cache(maxsize=4)
+def load_conditions(path: Path = CONDITIONS_PATH) -> Conditions:
+    data = validate(ConditionFile, read_toml(path), path)
+    table = {name: Mechanisms(**m.model_dump()) for name, m in data.ladder.items()}
+    top = table.get("I5")
+    if top is None:
+        raise InputError(path, "ladder", sorted(table), "the ladder must define I5 (removals are taken from it)")
+    for mech, change in data.removals.items():
+        try:
+            MechanismModel(**{**top.to_dict(), **change})
+        except Exception:
+            raise InputError(path, f"removals.{mech}", change, "not a valid mechanism setting") from None
+        table[f"I5-{mech}"] = replace(top, **change)
+    return Conditions(table, digest(data.model_dump(mode="json")))

@@ -1,0 +1,298 @@
+"""The deterministic capability-aware controller: a pure step function over explicit state.
+
+It uses exactly what the interface exposes, found by reading the tool surface (tool names and parameters),
+never the condition's name. Its policy, in order:
+
+* discovery: with `search_tools` it searches the task's query and loads the top card with `describe_tool`;
+  otherwise it ranks the schemas it sees with the same BM25 ranking and takes the top tool.
+* before a write, with `verify_effect` it records whether the effect's postcondition already holds (a
+  baseline, so that later state evidence is attributable to this call only if it did not hold before).
+* writes carry an idempotency key if the tool takes one, and the last-read record version if it takes one.
+* on an interruption with an invocation id: resume if `resume_invocation` exists, else ask
+  `get_invocation_status`, else retry; on a lost response: reconcile with `verify_effect` when the baseline
+  makes the evidence attributable, else retry with the same idempotency key if keys exist, else retry as a
+  naive client would.
+* after a write's response (success or failure) with `verify_effect`, it believes the evidence; one
+  corrective retry if the effect does not hold.
+* a version conflict ends in abort, an authority refusal in refuse; after a restart (state loss) it asks
+  `list_invocations` for recovery handles if that tool exists and resumes what it finds.
+* its terminal claim is success only if every step's effect is believed to hold.
+
+Process-local state loss is modelled by the runner dropping this state and calling `init(recovering=True)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from aft_bench.interface import KEY_PARAM, VERSION_PARAM, Observation, ToolSpec
+from aft_bench.ranking import rank
+from aft_bench.tasks import PlanStep, Task
+
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class End:
+    action: str  # finish | abort | refuse | escalate
+    claim: str  # success | failure | unknown
+
+
+Action = Call | End
+
+
+@dataclass(frozen=True)
+class State:
+    task_id: str
+    plan: tuple[PlanStep, ...]
+    schemas: Mapping[str, Mapping[str, Any]]  # callable tool -> its schema (what the agent has seen)
+    recovering: bool = False
+    handles: tuple[Mapping[str, Any], ...] = ()
+    listed: bool = False
+    step: int = 0
+    phase: str = "begin"
+    op: str | None = None
+    attempt: int = 0
+    corrected: bool = False
+    baseline: bool | None = None
+    versions: Mapping[str, int] = field(default_factory=dict)
+
+
+def init(task: Task, surface: list[ToolSpec], recovering: bool = False) -> State:
+    """Fresh controller state from the task and the tool surface it is shown."""
+    return State(task.id, task.plan, {t.name: t.schema() for t in surface}, recovering=recovering)
+
+
+# -- reading observations (structured dicts or text) ------------------------------------------
+def _kind(obs: Observation) -> str:
+    c = obs.content
+    if isinstance(c, dict):
+        return str(c.get("status"))
+    text = str(c)
+    return "ok" if text.startswith("OK") else "timeout" if text.startswith("TIMEOUT") else "error"
+
+
+def _code(obs: Observation) -> str:
+    c = obs.content
+    if isinstance(c, dict):
+        return str(c.get("error", ""))
+    text = str(c)
+    return text.split(":", 1)[0].removeprefix("ERROR ").strip() if text.startswith("ERROR") else ""
+
+
+def _result(obs: Observation) -> dict[str, Any]:
+    c = obs.content
+    return c.get("result") or {} if isinstance(c, dict) else {}
+
+
+def _has(s: State, tool: str) -> bool:
+    return tool in s.schemas
+
+
+def _params(s: State, tool: str) -> set[str]:
+    return set(((s.schemas.get(tool) or {}).get("parameters") or {}).get("properties", {}))
+
+
+# -- the step function ------------------------------------------------------------------------
+def decide(s: State, obs: Observation | None) -> tuple[State, Action]:
+    """One step: given the observation of the previous action, the next state and action."""
+    handler = _PHASES[s.phase]
+    return handler(s, obs)
+
+
+def _begin(s: State, obs: Observation | None) -> tuple[State, Action]:
+    if s.recovering and not s.listed and _has(s, "list_invocations"):
+        return replace(s, phase="listed"), Call("list_invocations", {})
+    return _locate(s)
+
+
+def _listed(s: State, obs: Observation | None) -> tuple[State, Action]:
+    rows = tuple(_result(obs).get("invocations", [])) if obs else ()
+    return _locate(replace(s, handles=rows, listed=True))
+
+
+def _locate(s: State) -> tuple[State, Action]:
+    if s.step >= len(s.plan):
+        return s, End("finish", "success")
+    step = s.plan[s.step]
+    s = replace(s, attempt=0, corrected=False, baseline=None, op=step.call)
+    if step.call is None:  # find the capability first
+        if _has(s, "search_tools"):
+            return replace(s, phase="searched"), Call("search_tools", {"query": step.find})
+        business = tuple(n for n, sc in s.schemas.items() if _is_business(n))
+        docs = tuple(f"{n} {s.schemas[n].get('description', '')}" for n in business)
+        s = replace(s, op=rank(step.find or "", business, docs, 1)[0] if business else None)
+    return _ensure_loaded(s)
+
+
+def _is_business(name: str) -> bool:
+    return name not in {"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
+                        "search_tools", "describe_tool"}
+
+
+def _searched(s: State, obs: Observation | None) -> tuple[State, Action]:
+    tools = _result(obs).get("tools", []) if obs else []
+    if not tools:
+        return s, End("finish", "failure")
+    return _ensure_loaded(replace(s, op=tools[0]["name"]))
+
+
+def _ensure_loaded(s: State) -> tuple[State, Action]:
+    if s.op is None:
+        return s, End("finish", "failure")
+    if not _has(s, s.op) and _has(s, "describe_tool"):
+        return replace(s, phase="described"), Call("describe_tool", {"name": s.op})
+    return _ready(s)
+
+
+def _described(s: State, obs: Observation | None) -> tuple[State, Action]:
+    if obs is None or _kind(obs) != "ok":
+        return s, End("finish", "failure")
+    return _ready(replace(s, schemas={**s.schemas, s.op: _result(obs)}))  # type: ignore[dict-item]
+
+
+def _args(s: State) -> dict[str, Any]:
+    return dict(s.plan[s.step].args)
+
+
+def _ready(s: State) -> tuple[State, Action]:
+    args = _args(s)
+    for h in s.handles:  # recovery handles after a restart
+        if h.get("op") == s.op and h.get("args") == args:
+            if h.get("lifecycle") in ("suspended", "running") and _has(s, "resume_invocation"):
+                return replace(s, phase="sent"), Call("resume_invocation", {"invocation_id": h["inv"]})
+            if h.get("lifecycle") == "responded":
+                return _next(s)
+    if _writes(s) and _has(s, "verify_effect") and s.baseline is None:
+        return replace(s, phase="baselined"), Call("verify_effect", {"tool": s.op, "arguments": args})
+    return _send(s)
+
+
+def _writes(s: State) -> bool:
+    """A write is a tool whose step the task marks as such (plans say which steps are reads)."""
+    return not s.plan[s.step].read
+
+
+def _baselined(s: State, obs: Observation | None) -> tuple[State, Action]:
+    holds = bool(_result(obs).get("holds")) if obs is not None and _kind(obs) == "ok" else None
+    return _send(replace(s, baseline=holds if holds is not None else True))
+
+
+def _key(s: State) -> str:
+    return f"{s.task_id}:{s.step}" + (":c" if s.corrected else "")
+
+
+def _send(s: State, same_key: bool = True) -> tuple[State, Action]:
+    if s.attempt >= MAX_ATTEMPTS:
+        return s, End("finish", "unknown")
+    args = _args(s)
+    params = _params(s, s.op or "")
+    if KEY_PARAM in params:
+        args[KEY_PARAM] = _key(s)
+    if VERSION_PARAM in params:
+        refs = [r for r in s.versions if r.split("/", 1)[1] in {str(v) for v in args.values()}]
+        if len(refs) == 1:
+            args[VERSION_PARAM] = s.versions[refs[0]]
+    return replace(s, phase="sent", attempt=s.attempt + 1), Call(s.op or "", args)
+
+
+def _sent(s: State, obs: Observation | None) -> tuple[State, Action]:
+    assert obs is not None
+    kind = _kind(obs)
+    content = obs.content if isinstance(obs.content, dict) else {}
+    if kind == "ok":
+        if not _writes(s):
+            return _next(_remember_versions(s, _result(obs)))
+        return _verify_or_next(s)
+    if kind == "error":
+        code = _code(obs)
+        if code == "precondition_failed":
+            return s, End("abort", "failure")
+        if code == "unauthorized":
+            return s, End("refuse", "failure")
+        if code in ("unknown_invocation", "not_resumable"):
+            return _send(s)
+        if _writes(s) and _has(s, "verify_effect"):
+            return replace(s, phase="checked"), _verify_call(s)
+        return s, End("finish", "failure")
+    if kind == "interrupted" and content.get("invocation_id"):
+        inv = content["invocation_id"]
+        if content.get("resumable") and _has(s, "resume_invocation"):
+            return replace(s, phase="sent"), Call("resume_invocation", {"invocation_id": inv})
+        if _has(s, "get_invocation_status"):
+            return replace(s, phase="statused"), Call("get_invocation_status", {"invocation_id": inv})
+        return _send(s)
+    # a timeout: the response is gone and no handle came with it
+    if _writes(s) and _has(s, "verify_effect") and s.baseline is False:
+        return replace(s, phase="reconciled"), _verify_call(s)
+    return _send(s)
+
+
+def _verify_call(s: State) -> Call:
+    args = _args(s)
+    if KEY_PARAM in _params(s, s.op or ""):
+        args[KEY_PARAM] = _key(s)
+    return Call("verify_effect", {"tool": s.op, "arguments": args})
+
+
+def _verify_or_next(s: State) -> tuple[State, Action]:
+    if _has(s, "verify_effect"):
+        return replace(s, phase="checked"), _verify_call(s)
+    return _next(s)
+
+
+def _statused(s: State, obs: Observation | None) -> tuple[State, Action]:
+    info = _result(obs) if obs else {}
+    if info.get("committed"):
+        return _verify_or_next(s)
+    return _send(s)
+
+
+def _reconciled(s: State, obs: Observation | None) -> tuple[State, Action]:
+    if obs is not None and _result(obs).get("holds"):
+        return _next(s)
+    return _send(s)
+
+
+def _checked(s: State, obs: Observation | None) -> tuple[State, Action]:
+    evidence = _result(obs) if obs else {}
+    if evidence.get("holds"):
+        return _next(s)
+    if not s.corrected:
+        return _send(replace(s, corrected=True))
+    return s, End("finish", "failure")
+
+
+def _remember_versions(s: State, result: dict[str, Any]) -> State:
+    seen = dict(s.versions)
+    rec = result.get("record")
+    if isinstance(rec, dict) and "ref" in result and "_version" in rec:
+        seen[result["ref"]] = rec["_version"]
+    for r in result.get("records", []) if isinstance(result.get("records"), list) else []:
+        if "ref" in r and "_version" in r:
+            seen[r["ref"]] = r["_version"]
+    return replace(s, versions=seen)
+
+
+def _next(s: State) -> tuple[State, Action]:
+    return _locate(replace(s, step=s.step + 1, phase="begin"))
+
+
+_PHASES = {
+    "begin": _begin,
+    "listed": _listed,
+    "searched": _searched,
+    "described": _described,
+    "baselined": _baselined,
+    "sent": _sent,
+    "statused": _statused,
+    "reconciled": _reconciled,
+    "checked": _checked,
+}

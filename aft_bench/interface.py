@@ -1,0 +1,212 @@
+"""The agent-facing interface: a set of mechanism settings layered over the stage pipeline.
+
+It decides what the agent sees (tool surface, result shape) and which semantics it can use (lifecycle,
+resume, recovery handles, effect guards, verification, selective discovery). It knows nothing of
+controllers, adds no business capability, and never does the task for the agent: a mechanism that is off
+is simply absent, with no hidden path around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aft_bench.backend import Guards
+from aft_bench.canonical import canonical_json
+from aft_bench.conditions import Mechanisms
+from aft_bench.pipeline import Delivery, Pipeline, Request
+from aft_bench.ranking import rank
+from aft_bench.tokens import count_tokens
+
+SEARCH_K = 5
+KEY_PARAM = "idempotency_key"
+VERSION_PARAM = "expected_version"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    role: str  # business | lifecycle | discovery
+
+    def schema(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def card(self) -> str:
+        return f"{self.name}: {self.description.split('. ')[0].rstrip('.')}."
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one tool call shows the agent; `lost` means the agent's process lost its local state."""
+
+    content: Any
+    lost: bool = False
+
+
+def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required}
+
+
+_JSON = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+@dataclass
+class Interface:
+    """One interface condition over one run's pipeline."""
+
+    pipeline: Pipeline
+    mechanisms: Mechanisms
+    search_k: int = SEARCH_K
+    business: dict[str, ToolSpec] = field(init=False)
+    lifecycle: dict[str, ToolSpec] = field(init=False)
+    materialized: set[str] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.business = {name: self._business_tool(name) for name in sorted(self.pipeline.backend.world.operations)}
+        self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
+
+    # -- the surface ----------------------------------------------------------------------
+    def _business_tool(self, name: str) -> ToolSpec:
+        op = self.pipeline.backend.world.operations[name]
+        props = {a: {"type": _JSON[s.type], "description": s.description} for a, s in op.args.items()}
+        required = list(op.args)
+        desc = op.description
+        m = self.mechanisms
+        if op.is_write and m.keys:
+            desc += f" Effect: {op.effect}; a repeated {KEY_PARAM} never commits twice."
+            props[KEY_PARAM] = {"type": "string", "description": "Caller-chosen key naming this logical effect."}
+        if op.is_write and m.guards:
+            desc += " Authority is checked at the commit point."
+            if op.kind == "update":
+                desc += f" With {VERSION_PARAM}, commits only if the {op.collection} record is still at that version."
+                props[VERSION_PARAM] = {"type": "integer", "description": "Record version you last read."}
+        return ToolSpec(name, desc, _obj(props, required), "business")
+
+    def _lifecycle_tools(self) -> list[ToolSpec]:
+        m = self.mechanisms
+        inv = {"invocation_id": {"type": "string", "description": "Invocation id from an earlier result."}}
+        tools = []
+        if m.observability:
+            tools.append(ToolSpec("get_invocation_status", "Lifecycle status of an invocation.",
+                                  _obj(inv, ["invocation_id"]), "lifecycle"))
+        if m.resume:
+            tools.append(ToolSpec("resume_invocation", "Continue an interrupted invocation without re-executing it.",
+                                  _obj(inv, ["invocation_id"]), "lifecycle"))
+        if m.durable:
+            tools.append(ToolSpec("list_invocations", "Recovery handles of invocations that survived a restart.",
+                                  _obj({}, []), "lifecycle"))
+        if m.verification:
+            props = {"tool": {"type": "string", "description": "Business tool whose effect to check."},
+                     "arguments": {"type": "object", "description": "The arguments of that call."}}
+            tools.append(ToolSpec("verify_effect", "Authoritative evidence whether a call's intended effect holds now.",
+                                  _obj(props, ["tool", "arguments"]), "lifecycle"))
+        if m.discovery == "selective":
+            tools.append(ToolSpec("search_tools", f"Search the tool catalog; returns the top {self.search_k} "
+                                  "capability cards.", _obj({"query": {"type": "string", "description": "What you "
+                                  "want to do."}}, ["query"]), "discovery"))
+            tools.append(ToolSpec("describe_tool", "Load the full schema of a tool so it can be called.",
+                                  _obj({"name": {"type": "string", "description": "Tool name."}}, ["name"]),
+                                  "discovery"))
+        return tools
+
+    def surface(self) -> list[ToolSpec]:
+        """The tools whose full schemas the agent sees at the start; recorded with their token count."""
+        shown = list(self.lifecycle.values())
+        eager = self.mechanisms.discovery == "eager"
+        if eager:
+            shown = list(self.business.values()) + shown
+        text = canonical_json([t.schema() for t in shown])
+        self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
+                                   business=[t.name for t in shown if t.role == "business"],
+                                   tokens=count_tokens(text))
+        self.materialized = set(self.business) if eager else set()
+        return shown
+
+    # -- calls ------------------------------------------------------------------------------
+    def call(self, name: str, args: dict[str, Any]) -> Observation:
+        if name in self.lifecycle:
+            return getattr(self, f"_t_{name}")(dict(args))
+        if name in self.business and name in self.materialized:
+            return self._business_call(name, dict(args))
+        hint = " (load it with describe_tool first)" if name in self.business else ""
+        self.pipeline.trace.append("tool_error", tool=name, reason="unknown_tool")
+        return self._error("unknown_tool", f"no tool named {name}{hint}")
+
+    def _business_call(self, name: str, args: dict[str, Any]) -> Observation:
+        m = self.mechanisms
+        key = args.pop(KEY_PARAM, None) if m.keys else None
+        version = args.pop(VERSION_PARAM, None) if m.guards else None
+        guards = Guards(idempotency_key=key, expected_version=version, authority_at_commit=m.guards)
+        delivery = self.pipeline.invoke(Request(name, args, guards=guards))
+        return self._render(delivery, key)
+
+    def _t_get_invocation_status(self, args: dict[str, Any]) -> Observation:
+        return self._render(self.pipeline.status(str(args.get("invocation_id"))))
+
+    def _t_resume_invocation(self, args: dict[str, Any]) -> Observation:
+        return self._render(self.pipeline.resume(str(args.get("invocation_id"))))
+
+    def _t_list_invocations(self, args: dict[str, Any]) -> Observation:
+        return self._render(self.pipeline.handles())
+
+    def _t_verify_effect(self, args: dict[str, Any]) -> Observation:
+        call_args = dict(args.get("arguments") or {})
+        key = call_args.pop(KEY_PARAM, None) if self.mechanisms.keys else None
+        call_args.pop(VERSION_PARAM, None)
+        return self._render(self.pipeline.verify(str(args.get("tool")), call_args, key))
+
+    def _t_search_tools(self, args: dict[str, Any]) -> Observation:
+        names = tuple(self.business)
+        cards = tuple(self.business[n].card() for n in names)
+        top = rank(str(args.get("query", "")), names, cards, self.search_k)
+        shown = [{"name": n, "card": self.business[n].card()} for n in top]
+        self.pipeline.trace.append("discovered", query=args.get("query"), tools=top,
+                                   tokens=count_tokens(canonical_json(shown)))
+        return Observation({"status": "ok", "result": {"tools": shown}})
+
+    def _t_describe_tool(self, args: dict[str, Any]) -> Observation:
+        name = str(args.get("name"))
+        if name not in self.business:
+            self.pipeline.trace.append("tool_error", tool="describe_tool", reason="unknown_tool", name=name)
+            return self._error("unknown_tool", f"no tool named {name}")
+        schema = self.business[name].schema()
+        self.materialized.add(name)
+        self.pipeline.trace.append("materialize", tools=[name], tokens=count_tokens(canonical_json(schema)))
+        return Observation({"status": "ok", "result": schema})
+
+    # -- rendering ------------------------------------------------------------------------------
+    def _error(self, code: str, detail: str) -> Observation:
+        if self.mechanisms.structured:
+            return Observation({"status": "error", "error": code, "detail": detail})
+        return Observation(f"ERROR {code}: {detail}")
+
+    def _render(self, d: Delivery, key: str | None = None) -> Observation:
+        """Shape a delivery as the agent sees it; lifecycle identity only where a lifecycle mechanism is on."""
+        m = self.mechanisms
+        lifecycle = m.observability or m.resume
+        if d.transport == "lost":
+            self.materialized = set(self.business) if m.discovery == "eager" else set()
+            return Observation(None, lost=True)
+        if d.transport == "dropped" or (d.transport == "interrupted" and not lifecycle):
+            return Observation({"status": "timeout"} if m.structured else "TIMEOUT: no response")
+        if d.transport == "interrupted":
+            return Observation({"status": "interrupted", "invocation_id": d.invocation, "resumable": m.resume})
+        r = d.response or {}
+        if not m.structured:
+            if r.get("status") == "ok":
+                return Observation(f"OK: {canonical_json(r.get('result'))}")
+            return Observation(f"ERROR {r.get('code')}: {r.get('detail', '')}")
+        out: dict[str, Any] = {"status": r.get("status")}
+        if r.get("status") == "ok":
+            out["result"] = r.get("result")
+            if "parts_total" in r:
+                out["parts"] = {"done": r.get("parts_done"), "total": r.get("parts_total")}
+        else:
+            out.update(error=r.get("code"), detail=r.get("detail", ""))
+        if lifecycle and r.get("inv"):
+            out["invocation_id"] = r["inv"]
+        if m.keys and key is not None:
+            out["effect"] = {"idempotency_key": key, "replayed": bool(r.get("replayed"))}
+        return Observation(out)

@@ -1,0 +1,31 @@
+"""Context-token counting with a real tokenizer that works offline: litellm's `token_counter`.
+
+litellm is slow to import and, unless told otherwise, fetches a model price map over the network on
+import; we set LITELLM_LOCAL_MODEL_COST_MAP before a lazy import so it never does. Counts are cached per
+text (they are deterministic), so a 1000-tool surface is tokenized once per process.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+TOKENIZER_MODEL = "gpt-4o"  # whose tokenizer counts the context of model-free (deterministic) runs
+
+
+@lru_cache(maxsize=1)
+def _counter():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+    import litellm
+
+    litellm.telemetry = False
+    return litellm.token_counter
+
+
+@lru_cache(maxsize=65536)
+def count_tokens(text: str, model: str = TOKENIZER_MODEL) -> int:
+    """Tokens of `text` under `model`'s tokenizer (litellm picks the tokenizer; bundled, offline)."""
+    if not text:
+        return 0
+    return int(_counter()(model=model, text=text))

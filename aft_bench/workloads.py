@@ -1,0 +1,129 @@
+"""Workloads as data: a world, fault variants and 8 tasks (the task clusters), in `worlds/workloads/*.toml`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aft_bench.canonical import digest
+from aft_bench.catalog import all_tools, catalog_world, generate_catalog, load_vocab
+from aft_bench.errors import InputError
+from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule
+from aft_bench.manifest import read_toml, validate
+from aft_bench.tasks import Task, check_tasks
+from aft_bench.world import World, find_world
+
+CATALOG = "catalog"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Variant(_Strict):
+    """One fault realization family of a workload (e.g. false success vs false failure)."""
+
+    id: str
+    faults: tuple[FaultSpec, ...] = ()
+
+
+class WorkloadInfo(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    world: str
+    description: str = ""
+    catalog_sizes: tuple[int, ...] = ()
+
+
+class WorkloadFile(_Strict):
+    workload: WorkloadInfo
+    variants: tuple[Variant, ...] = (Variant(id="none"),)
+    tasks: tuple[Task, ...] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    path: Path
+    info: WorkloadInfo
+    variants: tuple[Variant, ...]
+    tasks: tuple[Task, ...]
+    hash: str
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def variants_for(self, task: Task) -> tuple[Variant, ...]:
+        return tuple(v for v in self.variants if not task.variants or v.id in task.variants)
+
+    def schedule(self, variant: Variant, task: Task) -> FaultSchedule:
+        """The variant's faults, each aimed at the task's first target operation unless it names one."""
+        faults = tuple(f if f.op is not None else f.model_copy(update={"op": task.target_ops[0]})
+                       for f in variant.faults)
+        return FaultSchedule(id=f"{self.id}/{variant.id}", faults=faults)
+
+    def sizes(self) -> tuple[int | None, ...]:
+        return self.info.catalog_sizes or (None,)
+
+
+def load_workload(path: Path, worlds_dir: Path) -> Workload:
+    data = validate(WorkloadFile, read_toml(path), path)
+    if data.workload.world == CATALOG:
+        vocab = load_vocab()
+        world = catalog_world(tuple(all_tools(vocab).values()))
+        for i, size in enumerate(data.workload.catalog_sizes):
+            if size not in vocab.sizes:
+                raise InputError(path, f"workload.catalog_sizes.{i}", size, f"not one of {list(vocab.sizes)}")
+    else:
+        world = find_world(worlds_dir, data.workload.world)
+    check_tasks(data.tasks, world, path)
+    for i, v in enumerate(data.variants):
+        check_schedule(FaultSchedule(id=v.id, faults=v.faults), world.operations, path, f"variants.{i}.faults")
+    ids = {v.id for v in data.variants}
+    for i, t in enumerate(data.tasks):
+        for v in t.variants:
+            if v not in ids:
+                raise InputError(path, f"tasks.{i}.variants", v, f"unknown variant; known: {sorted(ids)}")
+    return Workload(path, data.workload, data.variants, data.tasks, digest(data.model_dump(mode="json")))
+
+
+@dataclass(frozen=True)
+class WorkloadSet:
+    """Every workload under `worlds/workloads/`, by id."""
+
+    dir: Path
+    items: dict[str, Workload]
+
+    def get(self, wid: str, path: str | Path = "<config>", field: str = "workloads") -> Workload:
+        if wid not in self.items:
+            raise InputError(path, field, wid, f"unknown workload; known: {', '.join(self.items)}")
+        return self.items[wid]
+
+
+def load_workloads(worlds_dir: Path) -> WorkloadSet:
+    items = {}
+    for p in sorted((worlds_dir / "workloads").glob("*.toml")):
+        w = load_workload(p, worlds_dir)
+        if w.id in items:
+            raise InputError(p, "workload.id", w.id, "duplicate workload id")
+        items[w.id] = w
+    return WorkloadSet(worlds_dir, items)
+
+
+@lru_cache(maxsize=256)
+def _catalog_world(size: int, seed: int, required: tuple[str, ...]) -> World:
+    return catalog_world(generate_catalog(size, seed, required))
+
+
+def world_for(workload: Workload, task: Task, size: int | None, seed: int) -> World:
+    """The world a cell runs in: a generated catalog for discovery, else the workload's manifest world."""
+    if workload.info.world == CATALOG:
+        return _catalog_world(size or min(load_vocab().sizes), seed, task.target_ops)
+    return _named_world(workload.path.parent.parent, workload.info.world)
+
+
+@lru_cache(maxsize=16)
+def _named_world(worlds_dir: Path, world_id: str) -> World:
+    return find_world(worlds_dir, world_id)
