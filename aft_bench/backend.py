@@ -8,10 +8,12 @@ the commit point); whoever calls it decides whether to use them. It always recor
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aft_bench.canonical import digest
+from aft_bench.canonical import canonical_json, digest
 from aft_bench.world import VERSION, Operation, World
 
 PY_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
@@ -77,10 +79,16 @@ class MemoryBackend:
         self.state = self.world.initial_state(self._overrides)
 
     def snapshot(self) -> dict[str, Any]:
-        return copy.deepcopy(self.state)
+        """A detached copy of the state (a JSON round trip: the state is plain JSON data)."""
+        return json.loads(canonical_json(self.state))
 
     def state_hash(self) -> str:
         return digest(self.state)
+
+    def snapshot_and_hash(self) -> tuple[dict[str, Any], str]:
+        """Terminal state and its canonical hash from one serialization."""
+        text = canonical_json(self.state)
+        return json.loads(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def record(self, ref: str) -> dict[str, Any] | None:
         coll, key = ref.split("/", 1)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aft_bench.canonical import canonical_json, digest
 from aft_bench.errors import InputError
 from aft_bench.manifest import read_toml, validate
-from aft_bench.world import World, WorldManifest
+from aft_bench.world import Operation, Principal, World, WorldInfo, WorldManifest
 
 VOCAB_PATH = Path(__file__).resolve().parent.parent / "worlds" / "catalog" / "vocab.toml"
 
@@ -87,8 +87,22 @@ def _tool(action: Action, resource: str, gloss: str) -> Tool:
     )
 
 
+_ALL_TOOLS: dict[int, tuple[Vocab, dict[str, Tool]]] = {}
+
+
 def all_tools(vocab: Vocab) -> dict[str, Tool]:
-    return {t.name: t for t in (_tool(a, r, g) for r, g in vocab.resources.items() for a in vocab.actions)}
+    """Every (action, resource) tool of a vocabulary, built once per vocabulary object."""
+    hit = _ALL_TOOLS.get(id(vocab))
+    if hit is None or hit[0] is not vocab:
+        hit = (vocab, {t.name: t for t in (_tool(a, r, g) for r, g in vocab.resources.items() for a in vocab.actions)})
+        _ALL_TOOLS[id(vocab)] = hit
+    return hit[1]
+
+
+@lru_cache(maxsize=64)
+def _seed_order(names: tuple[str, ...], seed: int) -> tuple[str, ...]:
+    """Every tool name in a seeded but stable order (the fill order of catalogs)."""
+    return tuple(sorted(names, key=lambda n: digest([seed, n])))
 
 
 def confusables(tool: Tool, vocab: Vocab) -> list[str]:
@@ -115,32 +129,44 @@ def generate_catalog(size: int, seed: int, required: tuple[str, ...] = (), vocab
         for c in confusables(tools[name], vocab)[:4]:
             if c not in chosen:
                 chosen.append(c)
-    rest = sorted((n for n in tools if n not in chosen), key=lambda n: digest([seed, n]))
+    taken = set(chosen)
+    rest = [n for n in _seed_order(tuple(tools), seed) if n not in taken]
     chosen = (chosen + rest)[:size]
     if not set(required) <= set(chosen):
         raise ValueError(f"catalog size {size} is too small for {len(required)} required tools")
-    return tuple(sorted((tools[n] for n in chosen), key=lambda t: digest([seed, "order", t.name])))
+    position = {n: i for i, n in enumerate(_seed_order(tuple(tools), seed + 1_000_003))}
+    return tuple(sorted((tools[n] for n in chosen), key=lambda t: position[t.name]))
 
 
 def catalog_world(tools: tuple[Tool, ...], world_id: str = "catalog") -> World:
     """A world whose operations are the catalog's tools: a write records `{tool, target}` in `actions`."""
-    ops: dict[str, Any] = {}
-    for t in tools:
-        op: dict[str, Any] = {
-            "description": t.description,
-            "collection": "actions",
-            "permission": "catalog.use",
-            "args": {"target": {"type": "str", "description": t.parameters["properties"]["target"]["description"]}},
-        }
-        if t.effect == "read":
-            op.update(kind="list", effect="read", where={"tool": t.name, "target": "$target"})
-        else:
-            op.update(kind="create", effect=t.effect, key_prefix="a", set={"tool": t.name, "target": "$target"})
-        ops[t.name] = op
-    manifest = {
-        "world": {"id": world_id, "description": f"Generated catalog of {len(tools)} tools."},
-        "collections": {"actions": {}},
-        "principals": {"agent": {"permissions": ["catalog.use"]}},
-        "operations": ops,
+    manifest = WorldManifest.model_construct(
+        world=WorldInfo(id=world_id, description=f"Generated catalog of {len(tools)} tools."),
+        collections={"actions": {}},
+        state={},
+        principals={"agent": Principal(permissions=["catalog.use"])},
+        operations={t.name: _operation(t) for t in tools},
+    )
+    return World(path=VOCAB_PATH, manifest=manifest)
+
+
+_OPERATIONS: dict[tuple[str, str], Operation] = {}
+
+
+def _operation(t: Tool) -> Operation:
+    """The validated operation behind one catalog tool (validated once per tool, then reused)."""
+    cached = _OPERATIONS.get((t.name, t.description))
+    if cached is not None:
+        return cached
+    op: dict[str, Any] = {
+        "description": t.description,
+        "collection": "actions",
+        "permission": "catalog.use",
+        "args": {"target": {"type": "str", "description": t.parameters["properties"]["target"]["description"]}},
     }
-    return World(path=VOCAB_PATH, manifest=validate(WorldManifest, manifest, VOCAB_PATH))
+    if t.effect == "read":
+        op.update(kind="list", effect="read", where={"tool": t.name, "target": "$target"})
+    else:
+        op.update(kind="create", effect=t.effect, key_prefix="a", set={"tool": t.name, "target": "$target"})
+    _OPERATIONS[(t.name, t.description)] = validate(Operation, op, VOCAB_PATH, f"operations.{t.name}")
+    return _OPERATIONS[(t.name, t.description)]

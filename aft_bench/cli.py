@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -102,6 +104,47 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from aft_bench.config import load_plan
+    from aft_bench.runner import run_plan
+
+    plan = load_plan(args.config, _worlds_dir(args.worlds))
+    out = Path(args.out)
+    progress = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        def progress(cells):  # type: ignore[no-redef]
+            return tqdm(cells, unit="run", desc=plan.experiment.id, total=len(plan.cells))
+    t0 = time.perf_counter()
+    rows = run_plan(plan, out, progress, workers=args.workers)
+    wall = time.perf_counter() - t0
+    fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
+    print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / wall:.0f} runs/s); "
+          f"faults fired in {sum(fired)}/{len(fired)} faulted runs")
+    print(f"results: {out / 'results.parquet'}  traces: {out / 'traces'}  manifest: {out / 'manifest.json'}")
+    return 0
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from aft_bench.summary import summarize
+
+    print(summarize(Path(args.dir)))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from aft_bench.listing import listing
+
+    data = listing(args.what, _worlds_dir(args.worlds))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        for item in data:
+            print("  ".join(f"{v}" for v in item.values()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aft-bench", description=__doc__)
     p.add_argument("--version", action="version", version=f"aft-bench {__version__}")
@@ -120,6 +163,24 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("trace")
     t.add_argument("--head", help="expected head hash (e.g. from a result row)")
     t.set_defaults(func=cmd_verify_trace)
+
+    r = sub.add_parser("run", help="run an experiment matrix into a new output directory")
+    r.add_argument("config")
+    r.add_argument("--out", required=True)
+    r.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                   help="worker processes (default: min(2, cores)); results are identical for any count")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
+    s.add_argument("dir")
+    s.set_defaults(func=cmd_summarize)
+
+    ls = sub.add_parser("list", help="list comparisons, conditions, workloads, worlds or faults")
+    ls.add_argument("what", choices=["comparisons", "conditions", "workloads", "worlds", "faults"])
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    ls.set_defaults(func=cmd_list)
 
     g = sub.add_parser("catalog", help="print a generated tool catalog")
     g.add_argument("--size", type=int, default=10)

@@ -23,6 +23,13 @@ KEY_PARAM = "idempotency_key"
 VERSION_PARAM = "expected_version"
 
 
+# Per (world, mechanisms) caches: the business tools, surface token count and search cards are pure
+# functions of these, and a matrix builds thousands of interfaces over the same few worlds.
+_BUSINESS: dict[tuple[str, Mechanisms], dict[str, "ToolSpec"]] = {}
+_SURFACE_TOKENS: dict[tuple[str, Mechanisms], int] = {}
+_CARDS: dict[tuple[str, Mechanisms], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -64,8 +71,13 @@ class Interface:
     materialized: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
-        self.business = {name: self._business_tool(name) for name in sorted(self.pipeline.backend.world.operations)}
+        world = self.pipeline.backend.world
+        key = (world.hash, self.mechanisms)
+        if key not in _BUSINESS:
+            _BUSINESS[key] = {name: self._business_tool(name) for name in sorted(world.operations)}
+        self.business = _BUSINESS[key]
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
+        self._key = key
 
     # -- the surface ----------------------------------------------------------------------
     def _business_tool(self, name: str) -> ToolSpec:
@@ -117,15 +129,18 @@ class Interface:
         eager = self.mechanisms.discovery == "eager"
         if eager:
             shown = list(self.business.values()) + shown
-        text = canonical_json([t.schema() for t in shown])
+        if self._key not in _SURFACE_TOKENS:
+            _SURFACE_TOKENS[self._key] = count_tokens(canonical_json([t.schema() for t in shown]))
         self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
                                    business=[t.name for t in shown if t.role == "business"],
-                                   tokens=count_tokens(text))
+                                   tokens=_SURFACE_TOKENS[self._key])
         self.materialized = set(self.business) if eager else set()
         return shown
 
     # -- calls ------------------------------------------------------------------------------
     def call(self, name: str, args: dict[str, Any]) -> Observation:
+        """One tool call by the agent, recorded as such before it reaches any mechanism."""
+        self.pipeline.trace.append("tool_call", tool=name, args=args)
         if name in self.lifecycle:
             return getattr(self, f"_t_{name}")(dict(args))
         if name in self.business and name in self.materialized:
@@ -158,8 +173,9 @@ class Interface:
         return self._render(self.pipeline.verify(str(args.get("tool")), call_args, key))
 
     def _t_search_tools(self, args: dict[str, Any]) -> Observation:
-        names = tuple(self.business)
-        cards = tuple(self.business[n].card() for n in names)
+        if self._key not in _CARDS:
+            _CARDS[self._key] = (tuple(self.business), tuple(t.card() for t in self.business.values()))
+        names, cards = _CARDS[self._key]
         top = rank(str(args.get("query", "")), names, cards, self.search_k)
         shown = [{"name": n, "card": self.business[n].card()} for n in top]
         self.pipeline.trace.append("discovered", query=args.get("query"), tools=top,

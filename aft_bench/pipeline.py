@@ -57,7 +57,8 @@ class Invocation:
     commit_status: str | None = None
 
     def snapshot(self) -> Invocation:
-        return copy.deepcopy(self)
+        """A copy for the durable store; fields are replaced, never mutated in place, so shallow suffices."""
+        return copy.copy(self)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from aft_bench.backend import Guards, MemoryBackend
-from aft_bench.canonical import digest
 from aft_bench.faults import NO_FAULTS, FaultSchedule, Injector, realize
 from aft_bench.labels import Labels, compute_labels
 from aft_bench.pipeline import Delivery, Pipeline, Request
@@ -41,8 +40,8 @@ def finish_run(pipeline: Pipeline, task: Task, action: str, claim: str | None) -
     """Record the terminal decision and state, seal the trace, compute labels."""
     trace = pipeline.trace
     trace.append("terminal", action=action, claim=claim)
-    state = pipeline.backend.snapshot()
-    trace.append("terminal_state", hash=digest(state))
+    state, state_hash = pipeline.backend.snapshot_and_hash()
+    trace.append("terminal_state", hash=state_hash)
     head = trace.seal().hash
     events = trace.events()
     return RunResult(compute_labels(events, state, task), events, state, head)
@@ -59,6 +58,7 @@ def drive(pipeline: Pipeline, steps: Sequence[Step], budget: int) -> tuple[str, 
         if used >= budget:
             return "budget_exhausted", None
         used += 1
+        pipeline.trace.append("tool_call", tool=_step_tool(step), args=dict(step.args))
         delivery: Delivery | None = None
         if step.call is not None:
             guards = Guards(step.key, step.expect_version, step.authority)
@@ -77,6 +77,14 @@ def drive(pipeline: Pipeline, steps: Sequence[Step], budget: int) -> tuple[str, 
         if delivery is not None and delivery.invocation is not None and (step.call is not None or step.retransmit):
             last_inv = delivery.invocation
     return "none", None
+
+
+def _step_tool(step: Step) -> str:
+    if step.call is not None:
+        return step.call
+    if step.retransmit:
+        return "<retransmit>"
+    return "resume" if step.resume else "status" if step.status else "verify"
 
 
 def _inv(ref: str, last: str | None) -> str:

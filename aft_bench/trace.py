@@ -7,6 +7,7 @@ truncation are all detectable by `verify`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,16 @@ def _event_hash(seq: int, kind: str, data: Any, prev: str) -> str:
     return digest({"seq": seq, "kind": kind, "data": data, "prev": prev})
 
 
-def _freeze(data: dict[str, Any]) -> Mapping[str, Any]:
-    # Round-trip through JSON so stored data is detached from the caller's objects and JSON-exact.
-    return MappingProxyType(json.loads(canonical_json(data)))
+def _body(seq: int, kind: str, data_json: str, prev: str) -> str:
+    """canonical_json({"data", "kind", "prev", "seq"}) built from already-canonical data (sorted keys)."""
+    return f'{{"data":{data_json},"kind":{canonical_json(kind)},"prev":"{prev}","seq":{seq}}}'
 
 
 class Trace:
-    """An append-only event log, optionally mirrored to a JSONL file opened in append mode."""
+    """An append-only event log, optionally mirrored to a JSONL file opened in append mode.
+
+    Lines are buffered and flushed when the trace is sealed; an unsealed file (a crashed run) fails `verify`.
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self._events: list[Event] = []
@@ -63,13 +67,15 @@ class Trace:
     def append(self, kind: str, /, **data: Any) -> Event:
         if self.sealed:
             raise TraceIntegrityError("append to a sealed trace")
-        frozen = _freeze(data)
-        seq = len(self._events)
-        ev = Event(seq, kind, frozen, self.head, _event_hash(seq, kind, dict(frozen), self.head))
+        data_json = canonical_json(data)
+        seq, prev = len(self._events), self.head
+        digest_ = hashlib.sha256(_body(seq, kind, data_json, prev).encode("utf-8")).hexdigest()
+        # Data is stored as parsed from its canonical JSON: detached from the caller's objects, JSON-exact.
+        ev = Event(seq, kind, MappingProxyType(json.loads(data_json)), prev, digest_)
         self._events.append(ev)
         if self._fh is not None:
-            self._fh.write(canonical_json(ev.to_dict()) + "\n")
-            self._fh.flush()
+            kind_json = canonical_json(kind)
+            self._fh.write(f'{{"data":{data_json},"hash":"{digest_}","kind":{kind_json},"prev":"{prev}","seq":{seq}}}\n')
         return ev
 
     def seal(self) -> Event:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.canonical import digest
+from aft_bench.canonical import canonical_json, digest
 from aft_bench.errors import FieldProblem, InputError
 from aft_bench.manifest import read_toml, validate
 
@@ -129,6 +130,13 @@ class World:
 
     def initial_state(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """s0 as a fresh plain dict: records (with versions), permissions, counters, ledger, idempotency table."""
+        state = json.loads(self._s0_json)
+        if overrides:
+            apply_overrides(state, overrides)
+        return state
+
+    @cached_property
+    def _s0_json(self) -> str:
         records: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.manifest.collections}
         for coll, recs in self.manifest.state.items():
             for key, rec in recs.items():
@@ -141,9 +149,7 @@ class World:
             "ledger": [],
             "idempotency": {},
         }
-        if overrides:
-            apply_overrides(state, overrides)
-        return state
+        return canonical_json(state)
 
 
 def apply_overrides(state: dict[str, Any], overrides: dict[str, Any]) -> None:

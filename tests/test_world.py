@@ -47,7 +47,7 @@ def test_effect_identity_uses_business_args_and_intent_only(payments: World) -> 
 @pytest.mark.parametrize(
     "args, code",
     [
-        ({"order_id": "o9", "amount": 5, "note": ""}, "not_found"),
+        ({"order_id": "o99", "amount": 5, "note": ""}, "not_found"),
         ({"order_id": "o1", "amount": "5", "note": ""}, "invalid_arguments"),
         ({"order_id": "o1", "amount": True, "note": ""}, "invalid_arguments"),
         ({"order_id": "o1", "note": ""}, "invalid_arguments"),

@@ -1,0 +1,32 @@
+"""`aft-bench summarize`: a per workload x condition table of a results directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aft_bench.errors import InputError
+
+COLS = ["runs", "fault_fired", "completed", "recovered", "duplicates", "unsafe", "bad_claims", "tokens", "recall"]
+
+
+def summarize(directory: Path) -> str:
+    import pandas as pd
+
+    path = directory / "results.parquet"
+    if not path.exists():
+        raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
+    df = pd.read_parquet(path)
+    g = df.groupby(["workload", "condition"], sort=True)
+    table = pd.DataFrame({
+        "runs": g.size(),
+        "fault_fired": g["fault_fired"].apply(lambda s: s.dropna().astype(float).mean() if s.notna().any() else float("nan")),
+        "completed": g["outcome"].apply(lambda s: (s == "completed").mean()),
+        "recovered": g["recovered"].apply(lambda s: s.dropna().astype(float).mean() if s.notna().any() else float("nan")),
+        "duplicates": g["duplicate_effects"].sum(),
+        "unsafe": g["unsafe_commits"].sum(),
+        "bad_claims": g["incorrect_claim"].sum(),
+        "tokens": g["context_tokens"].mean().round(1),
+        "recall": g["recall"].mean(),
+    })[COLS]
+    with pd.option_context("display.max_rows", None, "display.width", 160, "display.float_format", "{:.3f}".format):
+        return table.to_string()
