@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test calibrate clean
+.PHONY: reproduce test calibrate smoke bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,15 +12,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-## reproduce: set up and run the main job (today: detector calibration)
+RUN_DIR := results/paper_deterministic-$(shell date +%Y%m%d-%H%M%S)
+
+## reproduce: set up, calibrate the detectors, run the frozen deterministic matrix and summarize it
 reproduce: $(STAMP)
 	$(BIN)/aft-bench calibrate
+	$(BIN)/aft-bench run configs/paper_deterministic.toml --out $(RUN_DIR)
+	ln -sfn $(notdir $(RUN_DIR)) results/latest
+	$(BIN)/aft-bench summarize results/latest
+	@echo "results: results/latest -> $(RUN_DIR)"
 
 ## test: set up and run the test suite
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-calibrate: reproduce
+calibrate: $(STAMP)
+	$(BIN)/aft-bench calibrate
+
+smoke: $(STAMP)
+	rm -rf results/smoke && $(BIN)/aft-bench run configs/smoke.toml --out results/smoke && $(BIN)/aft-bench summarize results/smoke
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -78,6 +78,11 @@ class Interface:
         self.business = _BUSINESS[key]
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
         self._key = key
+        self._reset_loaded()
+
+    def _reset_loaded(self) -> None:
+        """Eager interfaces load every business schema up front; selective ones load none until described."""
+        self.materialized = set(self.business) if self.mechanisms.discovery == "eager" else set()
 
     # -- the surface ----------------------------------------------------------------------
     def _business_tool(self, name: str) -> ToolSpec:
@@ -134,7 +139,7 @@ class Interface:
         self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
                                    business=[t.name for t in shown if t.role == "business"],
                                    tokens=_SURFACE_TOKENS[self._key])
-        self.materialized = set(self.business) if eager else set()
+        self._reset_loaded()
         return shown
 
     # -- calls ------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ class Interface:
         m = self.mechanisms
         lifecycle = m.observability or m.resume
         if d.transport == "lost":
-            self.materialized = set(self.business) if m.discovery == "eager" else set()
+            self._reset_loaded()  # the agent's context went with its process
             return Observation(None, lost=True)
         if d.transport == "dropped" or (d.transport == "interrupted" and not lifecycle):
             return Observation({"status": "timeout"} if m.structured else "TIMEOUT: no response")

@@ -1,0 +1,113 @@
+"""Interfaces: mechanisms switch semantics on and off, never add business capability, never leak a removed path."""
+
+from __future__ import annotations
+
+import pytest
+
+from aft_bench.conditions import load_conditions
+from aft_bench.errors import InputError
+from aft_bench.faults import FaultSchedule, FaultSpec
+from aft_bench.interface import Interface
+from aft_bench.run import start_run
+from aft_bench.trace import Trace
+
+from conftest import task_of
+
+CONDS = load_conditions()
+
+
+def _iface(worlds, ref: str, condition: str, faults=()):
+    world, task = task_of(worlds, ref)
+    mech = CONDS.resolve(condition)
+    pipe = start_run(world, task, FaultSchedule(id="t", faults=tuple(faults)), 0, Trace(), durable_state=mech.durable)
+    return Interface(pipe, mech), task
+
+
+def test_ladder_and_removals_resolve() -> None:
+    names = CONDS.names()
+    assert names[:6] == ["I0", "I1", "I2", "I3", "I4", "I5"]
+    for mech in ("discovery", "resume", "durable", "effects", "guards", "verification", "observability", "structured"):
+        assert f"I5-{mech}" in names
+    assert CONDS.resolve("I5-effects").effects == "legacy"
+    assert CONDS.resolve("I5-guards").effects == "idempotent"
+    i5 = CONDS.resolve("I5").to_dict()
+    for name in names[6:]:
+        diff = {k for k, v in CONDS.resolve(name).to_dict().items() if v != i5[k]}
+        assert len(diff) == 1, (name, diff)  # a removal changes exactly one mechanism
+
+
+def test_unknown_condition_lists_the_valid_ones() -> None:
+    with pytest.raises(InputError) as exc:
+        CONDS.resolve("I6", "cfg.toml", "experiment.conditions.0")
+    assert exc.value.field == "experiment.conditions.0" and exc.value.value == "I6"
+    assert "I5-verification" in exc.value.problem
+
+
+@pytest.mark.parametrize("condition", CONDS.names())
+def test_no_condition_adds_business_capability(worlds, condition: str) -> None:
+    iface, _ = _iface(worlds, "payments/charge-o1", condition)
+    assert set(iface.business) == set(iface.pipeline.backend.world.operations)
+    names = {t.name for t in iface.surface()}
+    lifecycle = {"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
+                 "search_tools", "describe_tool"}
+    assert names - lifecycle <= set(iface.business)
+
+
+def test_lifecycle_tools_exist_exactly_where_their_mechanism_is_on(worlds) -> None:
+    expect = {"observability": "get_invocation_status", "resume": "resume_invocation",
+              "durable": "list_invocations", "verification": "verify_effect"}
+    for name in CONDS.names():
+        mech = CONDS.resolve(name)
+        iface, _ = _iface(worlds, "payments/charge-o1", name)
+        for m, tool in expect.items():
+            assert (tool in iface.lifecycle) == getattr(mech, m), (name, tool)
+        assert ("search_tools" in iface.lifecycle) == (mech.discovery == "selective")
+
+
+def test_removed_mechanism_has_no_hidden_path(worlds) -> None:
+    iface, _ = _iface(worlds, "payments/charge-o1", "I5-verification")
+    obs = iface.call("verify_effect", {"tool": "charge_payment", "arguments": {}})
+    assert obs.content["error"] == "unknown_tool"
+    assert not iface.pipeline.trace.of_kind("verification")
+    legacy, _ = _iface(worlds, "payments/charge-o1", "I5-effects")
+    legacy.materialized.add("charge_payment")
+    obs = legacy.call("charge_payment", {"order_id": "o1", "amount": 50, "note": "", "idempotency_key": "k"})
+    assert obs.content["status"] == "error" and obs.content["error"] == "invalid_arguments"
+
+
+def test_selective_discovery_requires_loading_before_calling(worlds) -> None:
+    iface, _ = _iface(worlds, "payments/charge-o1", "I5")
+    iface.surface()
+    args = {"order_id": "o1", "amount": 50, "note": ""}
+    assert iface.call("charge_payment", args).content["error"] == "unknown_tool"
+    found = iface.call("search_tools", {"query": "charge a payment for an order"}).content["result"]["tools"]
+    assert found and found[0]["name"] == "charge_payment"
+    iface.call("describe_tool", {"name": "charge_payment"})
+    assert iface.call("charge_payment", args).content["status"] == "ok"
+
+
+def test_text_results_without_structured_outputs(worlds) -> None:
+    iface, _ = _iface(worlds, "payments/charge-o1", "I0")
+    iface.surface()
+    out = iface.call("get_order", {"order_id": "o1"}).content
+    assert isinstance(out, str) and out.startswith("OK: ")
+
+
+def test_interruption_shows_a_handle_only_with_lifecycle_semantics(worlds) -> None:
+    fault = FaultSpec(kind="transient_interruption", op="start_export", unit=1)
+    args = {"dataset_id": "d1", "format": "csv"}
+    for cond, expect in (("I5", "interrupted"), ("I1", "timeout")):
+        iface, _ = _iface(worlds, "exports/export-d1", cond, [fault])
+        iface.materialized.add("start_export")
+        assert iface.call("start_export", args).content["status"] == expect
+
+
+def test_guarded_effects_turn_drift_into_refusal(worlds) -> None:
+    drift = FaultSpec(kind="permission_drift", op="refund_payment")
+    args = {"payment_id": "p0", "amount": 30}
+    guarded, _ = _iface(worlds, "payments/refund-p0", "I4", [drift])
+    weak, _ = _iface(worlds, "payments/refund-p0", "I5-guards", [drift])
+    weak.materialized.add("refund_payment")
+    assert guarded.call("refund_payment", args).content["error"] == "unauthorized"
+    assert weak.call("refund_payment", args).content["status"] == "ok"
+    assert weak.pipeline.backend.state["ledger"][0]["authorized"] is False
