@@ -77,3 +77,13 @@ def test_console_script_entry_point_runs() -> None:
     bad = subprocess.run([sys.executable, "-m", "aft_bench.cli", "catalog", "--size", "0"],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "catalog size" in bad.stderr
+
+
+def test_readme_documents_every_result_column_and_the_two_commands() -> None:
+    from aft_bench.results import COLUMNS
+
+    text = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(text.splitlines()[:20])
+    assert "make reproduce" in first_screen and "make test" in first_screen
+    for col in COLUMNS:
+        assert f"| `{col}` |" in text, col
