@@ -14,13 +14,15 @@ $(STAMP): pyproject.toml
 
 RUN_DIR := results/paper_deterministic-$(shell date +%Y%m%d-%H%M%S)
 
-## reproduce: set up, calibrate the detectors, run the frozen deterministic matrix and summarize it
+## reproduce: set up, calibrate the detectors, run the deterministic matrix, analyze it, write the report
 reproduce: $(STAMP)
 	$(BIN)/aft-bench calibrate
 	$(BIN)/aft-bench run configs/paper_deterministic.toml --out $(RUN_DIR)
 	ln -sfn $(notdir $(RUN_DIR)) results/latest
 	$(BIN)/aft-bench summarize results/latest
-	@echo "results: results/latest -> $(RUN_DIR)"
+	$(BIN)/aft-bench analyze results/latest
+	$(BIN)/aft-bench report results/latest
+	@echo "report: results/latest/report/report.md (and report.html) -> $(RUN_DIR)"
 
 ## test: set up and run the test suite
 test: $(STAMP)
@@ -34,6 +36,7 @@ smoke: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
+	$(BIN)/python benchmarks/bench_stats.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -133,6 +133,24 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from aft_bench.analysis import Options, analyze, format_table3
+
+    opts = Options(seed=args.seed, resamples=args.resamples, permutations=args.permutations, flip_unit=args.flip_unit)
+    tables = analyze(Path(args.dir), opts)
+    print(format_table3(tables["primary"]))
+    print(f"\nanalysis: {Path(args.dir) / 'analysis'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from aft_bench.report import render
+
+    md, html_path = render(Path(args.dir))
+    print(f"report: {md}\n        {html_path}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from aft_bench.listing import listing
 
@@ -175,6 +193,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
     s.add_argument("dir")
     s.set_defaults(func=cmd_summarize)
+
+    a = sub.add_parser("analyze", help="matched pairs, clustered CIs, permutation tests, Holm; Table 3")
+    a.add_argument("dir")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of task clusters")
+    a.add_argument("--permutations", type=int, default=10_000, help="random sign flips")
+    a.add_argument("--flip-unit", choices=["pair", "cluster"], default="pair")
+    a.set_defaults(func=cmd_analyze)
+
+    rp = sub.add_parser("report", help="Markdown + HTML report with figures from DIR/analysis")
+    rp.add_argument("dir")
+    rp.set_defaults(func=cmd_report)
 
     ls = sub.add_parser("list", help="list comparisons, conditions, workloads, worlds or faults")
     ls.add_argument("what", choices=["comparisons", "conditions", "workloads", "worlds", "faults"])

@@ -42,7 +42,14 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     joined = pd.merge(arms["t"], arms["c"], how="outer", left_index=True, right_index=True, suffixes=("_t", "_c"))
     missing = joined["run_id_t"].isna() | joined["run_id_c"].isna()
     if missing.any():
-        raise InputError("<results>", "pairs", comp.id, f"{int(missing.sum())} runs have no partner")
+        lost = joined[missing].reset_index()
+        sample = [
+            {**{k: row[k] for k in ("task_id", "fault", "fault_seed", "catalog_size", "model", "rep")},
+             "missing": comp.control if pd.isna(row["run_id_c"]) else comp.treatment}
+            for _, row in lost.head(3).iterrows()
+        ]
+        raise InputError("<results>", f"pairs of {comp.id}", sample,
+                         f"{int(missing.sum())} runs have no partner (first keys shown)")
     out = joined.reset_index()
     out["utility_diff"] = comp.sign * (out["_value_t"] - out["_value_c"])
     return pd.DataFrame({

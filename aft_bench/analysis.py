@@ -1,0 +1,202 @@
+"""`aft-bench analyze DIR`: matched pairs and the paper's statistics from a results table.
+
+Writes `DIR/analysis/` atomically (a temp directory swapped in only when everything succeeded):
+primary.csv/.json (Table 3), secondary.csv/.json, per_model.csv/.json, lomo.csv/.json, pairs.parquet and
+meta.json (seeds, resample counts, input hash). Bad input raises InputError and writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from aft_bench.comparisons import Comparison, load_comparisons
+from aft_bench.errors import InputError
+from aft_bench.pairs import PAIR_KEYS, match_pairs
+from aft_bench.stats import benjamini_hochberg, clopper_pearson_upper, cluster_bootstrap_ci, holm, sign_flip_test
+
+PRIMARY_COLUMNS = ["comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met"]
+ALPHA = 0.05
+COUNT_ENDPOINTS = {"duplicate_effects", "unsafe_commits", "incorrect_claim"}
+
+
+@dataclass(frozen=True)
+class Options:
+    seed: int = 0
+    resamples: int = 2000
+    permutations: int = 10_000
+    flip_unit: str = "pair"
+    level: float = 0.95
+
+
+def _seed(opts: Options, *parts: Any) -> int:
+    """A per-comparison seed derived from the base seed (stable across platforms)."""
+    text = json.dumps([opts.seed, *parts])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def _needed_columns(comps: tuple[Comparison, ...]) -> list[str]:
+    return sorted(set(PAIR_KEYS) | {"run_id", "condition"} | {c.endpoint for c in comps})
+
+
+def load_results(directory: Path, comps: tuple[Comparison, ...]) -> pd.DataFrame:
+    path = directory / "results.parquet"
+    if not path.exists():
+        raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
+    df = pd.read_parquet(path)
+    missing = [c for c in _needed_columns(comps) if c not in df.columns]
+    if missing:
+        users = [c.id for c in comps if c.endpoint in missing] or [c.id for c in comps]
+        raise InputError(path, "columns", missing, f"missing columns needed by {', '.join(users)}")
+    return df
+
+
+def estimate(pairs: pd.DataFrame, comp: Comparison, opts: Options, tag: str = "") -> dict[str, Any]:
+    """Pairs, mean utility difference, clustered CI and permutation p for one set of pairs."""
+    n = len(pairs)
+    if n == 0:
+        return {"pairs": 0, "utility_diff": None, "ci_low": None, "ci_high": None, "p_raw": None}
+    d = pairs["utility_diff"].to_numpy(float)
+    clusters = pairs["task_id"].to_numpy()
+    lo, hi = cluster_bootstrap_ci(d, clusters, opts.resamples, _seed(opts, comp.id, tag, "boot"), opts.level)
+    if comp.test == "noninferiority":
+        test = sign_flip_test(d, clusters, unit=opts.flip_unit, n_permutations=opts.permutations,  # type: ignore[arg-type]
+                              alternative="greater", seed=_seed(opts, comp.id, tag, "perm"), shift=comp.margin or 0.0)
+    else:
+        test = sign_flip_test(d, clusters, unit=opts.flip_unit, n_permutations=opts.permutations,  # type: ignore[arg-type]
+                              alternative="two-sided", seed=_seed(opts, comp.id, tag, "perm"))
+    return {"pairs": n, "utility_diff": float(d.mean()), "ci_low": lo, "ci_high": hi, "p_raw": test.pvalue,
+            "exact": test.exact}
+
+
+def _criterion(row: dict[str, Any], comp: Comparison, p_key: str) -> bool | None:
+    p = row.get(p_key)
+    if p is None or (isinstance(p, float) and np.isnan(p)):
+        return None
+    if comp.test == "noninferiority":
+        return bool(p < ALPHA)
+    return bool(p < ALPHA and (row["utility_diff"] or 0) > 0)
+
+
+def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
+    """Event counts per arm for count endpoints, with a Clopper-Pearson upper bound on the run rate."""
+    if comp.endpoint not in COUNT_ENDPOINTS:
+        return {}
+    out: dict[str, Any] = {}
+    for arm, cond in (("treatment", comp.treatment), ("control", comp.control)):
+        runs = df[(df["workload"] == comp.workload) & (df["condition"] == cond)]
+        hit = int((runs[comp.endpoint].astype(float) > 0).sum())
+        out[f"{arm}_runs_with_event"] = hit
+        out[f"{arm}_runs"] = int(len(runs))
+        out[f"{arm}_rate_upper95"] = clopper_pearson_upper(hit, len(runs)) if len(runs) else None
+    return out
+
+
+def _none(x: Any) -> Any:
+    return None if isinstance(x, float) and np.isnan(x) else x
+
+
+def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Comparison, ...] | None = None) -> dict:
+    """Compute every table; returns them as plain data (also written to DIR/analysis/)."""
+    comps = comparisons or load_comparisons()
+    df = load_results(directory, comps)
+    all_pairs = []
+    primary, secondary, per_model, lomo = [], [], [], []
+    for comp in comps:
+        present = df[(df["workload"] == comp.workload) & df["condition"].isin([comp.treatment, comp.control])]
+        pairs = match_pairs(df, comp) if len(present) else _empty_pairs()
+        all_pairs.append(pairs)
+        row = {"comparison": comp.id, **estimate(pairs, comp, opts), "test": comp.test, "margin": comp.margin,
+               "endpoint": comp.endpoint, "direction": comp.direction, **_events(df, comp)}
+        (primary if comp.family == "primary" else secondary).append(row)
+        models = sorted(pairs["model"].unique()) if len(pairs) else []
+        for model in models:
+            sub = pairs[pairs["model"] == model]
+            per_model.append({"model": model, "comparison": comp.id, **estimate(sub, comp, opts, f"model={model}"),
+                              "treatment_mean": float(sub["treatment"].mean()),
+                              "control_mean": float(sub["control"].mean())})
+        if len(models) >= 2:
+            for left in models:
+                sub = pairs[pairs["model"] != left]
+                lomo.append({"left_out": left, "comparison": comp.id, **estimate(sub, comp, opts, f"lomo={left}")})
+    adj = holm(np.array([np.nan if r["p_raw"] is None else r["p_raw"] for r in primary]))
+    for r, p in zip(primary, adj):
+        r["p_adjusted"] = _none(float(p))
+        r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_adjusted")
+    for r in secondary:
+        r["p_adjusted"] = None  # outside the Holm family: reported unadjusted
+        r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_raw")
+    bh = benjamini_hochberg(np.array([np.nan if r["p_raw"] is None else r["p_raw"] for r in per_model]))
+    pooled = {r["comparison"]: r["utility_diff"] for r in primary + secondary}
+    for r, p in zip(per_model, bh):
+        r["p_bh"] = _none(float(p))
+        base = pooled.get(r["comparison"])
+        r["interaction"] = None if base is None or r["utility_diff"] is None else r["utility_diff"] - base
+    pairs_df = pd.concat(all_pairs, ignore_index=True) if all_pairs else _empty_pairs()
+    meta = {**asdict(opts), "alpha": ALPHA, "input": str(directory / "results.parquet"),
+            "input_sha256": hashlib.sha256((directory / "results.parquet").read_bytes()).hexdigest(),
+            "comparisons": [c.model_dump(mode="json") for c in comps]}
+    tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo, "meta": meta}
+    _write(directory, tables, pairs_df)
+    return tables
+
+
+def _by_id(comps: tuple[Comparison, ...], cid: str) -> Comparison:
+    return next(c for c in comps if c.id == cid)
+
+
+def _empty_pairs() -> pd.DataFrame:
+    return pd.DataFrame(columns=[*PAIR_KEYS, "comparison", "run_id_treatment", "run_id_control", "treatment",
+                                 "control", "utility_diff"])
+
+
+CSV_COLUMNS = {
+    "primary": PRIMARY_COLUMNS,
+    "secondary": PRIMARY_COLUMNS,
+    "per_model": ["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh",
+                  "treatment_mean", "control_mean", "interaction"],
+    "lomo": ["left_out", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw"],
+}
+
+
+def _write(directory: Path, tables: dict[str, Any], pairs: pd.DataFrame) -> None:
+    """Write every output into a temp directory, then swap it in: never a partial analysis."""
+    final = directory / "analysis"
+    tmp = Path(tempfile.mkdtemp(prefix=".analysis-", dir=directory))
+    try:
+        for name, cols in CSV_COLUMNS.items():
+            pd.DataFrame(tables[name], columns=cols).to_csv(tmp / f"{name}.csv", index=False, float_format="%.10g")
+            (tmp / f"{name}.json").write_text(json.dumps(tables[name], indent=2, sort_keys=True) + "\n")
+        (tmp / "meta.json").write_text(json.dumps(tables["meta"], indent=2, sort_keys=True) + "\n")
+        pairs.to_parquet(tmp / "pairs.parquet", index=False)
+        old = directory / ".analysis-old"
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def format_table3(primary: list[dict[str, Any]]) -> str:
+    """Table 3 for the terminal."""
+    head = f"{'comparison':<24}{'pairs':>6}  {'utility diff':>13}  {'95% task-clustered CI':>26}  {'p raw':>8}  {'p Holm':>8}  met"
+    lines = [head, "-" * len(head)]
+    for r in primary:
+        if not r["pairs"]:
+            lines.append(f"{r['comparison']:<24}{0:>6}  {'missing':>13}")
+            continue
+        ci = f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+        lines.append(f"{r['comparison']:<24}{r['pairs']:>6}  {r['utility_diff']:>13.4f}  {ci:>26}  "
+                     f"{r['p_raw']:>8.4f}  {r['p_adjusted']:>8.4f}  {'yes' if r['criterion_met'] else 'no'}")
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""`aft-bench report DIR`: Table 3, per-model and leave-one-model-out tables and Figures 2-4, as Markdown
+and HTML with PNG figures, built from `DIR/analysis/` (run `aft-bench analyze` first).
+
+The paper's reported values appear only in a column labelled "paper (reference)", read from
+`analysis/paper_values.toml`; every other number comes from the analysis of runs.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from aft_bench.errors import InputError
+
+PAPER_VALUES = Path(__file__).resolve().parent.parent / "analysis" / "paper_values.toml"
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""
+    table: pd.DataFrame | None = None
+    image: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and pd.isna(x)):
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _load(directory: Path) -> dict[str, Any]:
+    adir = directory / "analysis"
+    if not (adir / "primary.json").exists():
+        raise InputError(adir, "<dir>", str(adir), "no analysis here (run `aft-bench analyze` first)")
+    return {name: json.loads((adir / f"{name}.json").read_text())
+            for name in ("primary", "secondary", "per_model", "lomo", "meta")}
+
+
+def _reference() -> dict[str, Any]:
+    if not PAPER_VALUES.exists():
+        return {}
+    return tomllib.loads(PAPER_VALUES.read_text()).get("reference", {})
+
+
+def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adjusted") -> pd.DataFrame:
+    out = []
+    for r in rows:
+        pr = ref.get(r["comparison"], {})
+        ci = "–" if r["ci_low"] is None else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+        ref_text = "–" if not pr else f"{pr['utility_diff']} [{pr['ci'][0]}, {pr['ci'][1]}] (n={pr['pairs']})"
+        out.append({"comparison": r["comparison"], "pairs": r["pairs"], "utility diff": _fmt(r["utility_diff"]),
+                    "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
+                    "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
+                    "criterion met": _fmt(r["criterion_met"]), "paper (reference)": ref_text})
+    return pd.DataFrame(out)
+
+
+def _figure2(primary: list[dict[str, Any]], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in primary if r["pairs"]]
+    if not rows:
+        return False
+    tokens = [r for r in rows if r["comparison"] == "discovery_context"]
+    rest = [r for r in rows if r["comparison"] != "discovery_context"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 3]})
+    for ax, group, label in ((axes[0], tokens, "fewer exposed tool-context tokens"),
+                             (axes[1], rest, "paired utility difference")):
+        names = [r["comparison"] for r in group]
+        mean = [r["utility_diff"] for r in group]
+        err = [[m - r["ci_low"] for m, r in zip(mean, group)], [r["ci_high"] - m for m, r in zip(mean, group)]]
+        ax.errorbar(mean, range(len(group)), xerr=err, fmt="o", capsize=4)
+        ax.set_yticks(range(len(group)), names)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+    fig.suptitle("Pooled primary mechanism effects (95% task-clustered CI; positive favours the treatment)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
+    """Duplicate effects and unsafe commits per backend, weak vs effect-aware conditions."""
+    if "sqlite" not in set(results.get("backend", pd.Series(dtype=str))):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sel = results[results["workload"].isin(["response_loss", "stale_drift"])]
+    table = (sel.assign(effect_aware=sel["mechanisms"].str.contains('"effects":"guarded"'))
+             .groupby(["backend", "workload", "effect_aware"])[["duplicate_effects", "unsafe_commits"]].sum()
+             .reset_index())
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = [f"{b}\n{'effect-aware' if e else 'weaker'}" for b, e in
+              table.groupby(["backend", "effect_aware"]).size().index]
+    sums = table.groupby(["backend", "effect_aware"])[["duplicate_effects", "unsafe_commits"]].sum()
+    x = range(len(sums))
+    ax.bar([i - 0.2 for i in x], sums["duplicate_effects"], width=0.4, label="duplicate effects")
+    ax.bar([i + 0.2 for i in x], sums["unsafe_commits"], width=0.4, label="unsafe commits")
+    ax.set_xticks(list(x), labels)
+    ax.legend()
+    ax.set_title("Safety across backends")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return table
+
+
+def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
+    models = sorted({r["model"] for r in per_model})
+    if len(models) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    comps = list(dict.fromkeys(r["comparison"] for r in per_model if r["comparison"] != "discovery_context"))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(models)
+    for j, m in enumerate(models):
+        vals = {r["comparison"]: r["utility_diff"] for r in per_model if r["model"] == m}
+        ax.bar([i + j * width for i in range(len(comps))], [vals.get(c) or 0 for c in comps], width, label=m)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(comps))], comps, rotation=20, ha="right")
+    ax.set_ylabel("utility difference")
+    ax.legend()
+    ax.set_title("Model-specific effects")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def build(directory: Path) -> list[Section]:
+    data = _load(directory)
+    ref = _reference()
+    out_dir = directory / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = data["meta"]
+    sections = [Section(
+        "Primary comparisons (Table 3)",
+        f"Paired utility differences (positive favours the agent-first treatment), task-clustered "
+        f"{meta['resamples']}-resample percentile bootstrap intervals, paired sign-flip permutation tests "
+        f"({meta['permutations']} flips per {meta['flip_unit']}, seed {meta['seed']}), Holm across the primary "
+        f"family; discovery recall is a one-sided non-inferiority test at its margin. The last column is the "
+        f"paper's reported value for reference only (a different evidence layer).",
+        _table3(data["primary"], ref))]
+    sections.append(Section("Secondary comparison", "Outside the Holm family; unadjusted p.",
+                            _table3(data["secondary"], ref, "p_raw")))
+    fig2 = out_dir / "fig2_primary_effects.png"
+    if _figure2(data["primary"], fig2):
+        sections.append(Section("Figure 2: pooled primary effects", image=fig2.name))
+    results = pd.read_parquet(directory / "results.parquet")
+    fig3 = out_dir / "fig3_backend_safety.png"
+    t3 = _figure3(results, fig3)
+    sections.append(Section("Figure 3: persistent-backend safety replication",
+                            "" if t3 is not None else "Not available: these results contain no SQLite-backend runs.",
+                            t3, fig3.name if t3 is not None else None))
+    pm = pd.DataFrame(data["per_model"])
+    if len(pm):
+        pm = pm[["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh", "interaction"]]
+        pm = pm.map(_fmt) if hasattr(pm, "map") else pm
+    sections.append(Section("Model-specific effects", "Benjamini-Hochberg across model-specific contrasts; "
+                            "`interaction` is the model's effect minus the pooled effect (descriptive).",
+                            pm if len(pm) else None))
+    lomo = pd.DataFrame(data["lomo"])
+    sections.append(Section("Leave-one-model-out", "" if len(lomo) else
+                            "Not available: leave-one-model-out needs at least two models.",
+                            lomo.map(_fmt) if len(lomo) else None))
+    fig4 = out_dir / "fig4_model_heterogeneity.png"
+    if _figure4(data["per_model"], fig4):
+        sections.append(Section("Figure 4: model heterogeneity", image=fig4.name))
+    else:
+        sections.append(Section("Figure 4: model heterogeneity", "Not available: these results hold one model."))
+    return sections
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, disable_numparse=True)
+
+
+def render(directory: Path) -> tuple[Path, Path]:
+    sections = build(directory)
+    out_dir = directory / "report"
+    md = [f"# aft-bench report: {directory.name}", ""]
+    body = [f"<h1>aft-bench report: {html.escape(directory.name)}</h1>"]
+    for s in sections:
+        md += [f"## {s.title}", ""]
+        body.append(f"<h2>{html.escape(s.title)}</h2>")
+        if s.text:
+            md += [s.text, ""]
+            body.append(f"<p>{html.escape(s.text)}</p>")
+        if s.table is not None:
+            md += [_md_table(s.table), ""]
+            body.append(s.table.to_html(index=False, border=0, classes="t"))
+        if s.image:
+            md += [f"![{s.title}]({s.image})", ""]
+            body.append(f'<img src="{html.escape(s.image)}" alt="{html.escape(s.title)}">')
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text("\n".join(md))
+    style = "body{font-family:sans-serif;max-width:72rem;margin:2rem auto}table.t{border-collapse:collapse}" \
+            "table.t td,table.t th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:right}img{max-width:100%}"
+    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>aft-bench report</title>"
+                         f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    return md_path, html_path
