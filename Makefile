@@ -12,7 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-RUN_DIR := results/paper_deterministic-$(shell date +%Y%m%d-%H%M%S)
+STAMP_TIME := $(shell date +%Y%m%d-%H%M%S)
+RUN_DIR := results/paper_deterministic-$(STAMP_TIME)
+SQL_DIR := results/sqlite_replication-$(STAMP_TIME)
 
 ## reproduce: set up, calibrate the detectors, run the deterministic matrix, analyze it, write the report
 reproduce: $(STAMP)
@@ -22,7 +24,12 @@ reproduce: $(STAMP)
 	$(BIN)/aft-bench summarize results/latest
 	$(BIN)/aft-bench analyze results/latest
 	$(BIN)/aft-bench report results/latest
-	@echo "report: results/latest/report/report.md (and report.html) -> $(RUN_DIR)"
+	$(BIN)/aft-bench run configs/sqlite_replication.toml --out $(SQL_DIR)
+	ln -sfn $(notdir $(SQL_DIR)) results/latest-sqlite
+	$(BIN)/aft-bench analyze results/latest-sqlite > /dev/null
+	$(BIN)/aft-bench report results/latest-sqlite
+	@echo "report: results/latest/report/report.md (and .html) -> $(RUN_DIR)"
+	@echo "SQLite replication (Fig. 3): results/latest-sqlite/report/report.md -> $(SQL_DIR)"
 
 ## test: set up and run the test suite
 test: $(STAMP)
@@ -37,6 +44,7 @@ smoke: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
 	$(BIN)/python benchmarks/bench_stats.py
+	$(BIN)/python benchmarks/bench_backends.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,4 +1,4 @@
-"""The in-memory resettable backend: executes a world's operations on plain-dict state, knows nothing of interfaces.
+"""The backend: executes a world's operations on a store (in-memory dict or SQLite); knows nothing of interfaces.
 
 It offers effect semantics as optional guards on a commit (idempotency key, expected version, authority at
 the commit point); whoever calls it decides whether to use them. It always records the truth of every commit
@@ -8,10 +8,11 @@ the commit point); whoever calls it decides whether to use them. It always recor
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from aft_bench.canonical import canonical_json, digest
 from aft_bench.world import VERSION, Operation, World
@@ -66,37 +67,132 @@ def _ref(coll: str, key: str) -> str:
     return f"{coll}/{key}"
 
 
-class MemoryBackend:
-    """Resettable in-memory backend over a World; `reset` restores s0 exactly."""
+class _Rejected(Exception):
+    """Raised inside a commit transaction to roll it back with a rejection outcome."""
 
-    def __init__(self, world: World, overrides: dict[str, Any] | None = None) -> None:
+    def __init__(self, outcome: CommitOutcome) -> None:
+        self.outcome = outcome
+
+
+class MemoryStore:
+    """Backend state as one plain dict; the reference store (and the fastest)."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+
+    def load(self, s0: dict[str, Any]) -> None:
+        self.state = s0
+
+    def reopen(self) -> None:
+        """Nothing to reopen: the dict is the backend's own durable state in this simulation."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        yield
+
+    def get(self, coll: str, key: str) -> dict[str, Any] | None:
+        rec = self.state["records"][coll].get(key)
+        return dict(rec) if rec is not None else None
+
+    def scan(self, coll: str) -> list[tuple[str, dict[str, Any]]]:
+        return sorted(self.state["records"][coll].items())
+
+    def write(self, coll: str, key: str, values: dict[str, Any], expected_version: int | None = None,
+              force: bool = False) -> tuple[int, int, bool] | None:
+        rec = self.state["records"][coll][key]
+        before = rec[VERSION]
+        if expected_version is not None and before != expected_version:
+            return None
+        changed = force or any(rec.get(f) != v for f, v in values.items())
+        if changed:
+            rec.update(copy.deepcopy(values))
+            rec[VERSION] = before + 1
+        return before, rec[VERSION], changed
+
+    def insert(self, coll: str, key: str, rec: dict[str, Any]) -> None:
+        self.state["records"][coll][key] = copy.deepcopy(rec)
+
+    def bump_counter(self, coll: str) -> int:
+        self.state["counters"][coll] += 1
+        return self.state["counters"][coll]
+
+    def permissions(self, principal: str) -> list[str]:
+        return self.state["permissions"].get(principal, [])
+
+    def revoke(self, principal: str, permission: str) -> None:
+        self.state["permissions"][principal] = [p for p in self.permissions(principal) if p != permission]
+
+    def ledger(self) -> list[dict[str, Any]]:
+        return self.state["ledger"]
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        idx = self.state["idempotency"].get(key)
+        return None if idx is None else self.state["ledger"][idx]
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.state["ledger"].append(entry)
+        if entry["idempotency_key"] is not None:
+            self.state["idempotency"][entry["idempotency_key"]] = entry["index"]
+
+    def compensate(self, op_name: str, ref: str) -> None:
+        for e in self.state["ledger"]:
+            if e["op"] == op_name and any(t["ref"] == ref for t in e["targets"]):
+                e["compensated"] = True
+
+    def snapshot_text(self) -> str:
+        return canonical_json(self.state)
+
+    def view(self) -> dict[str, Any]:
+        return self.state
+
+
+class Backend:
+    """A world's operations over a store (in-memory dict or SQLite); `reset` restores s0 exactly.
+
+    The backend knows nothing of interfaces: effect semantics are optional guards on `commit`, and it
+    always records the truth of every commit (effect identity, authority at commit, versions crossed)
+    in a ledger that is part of its state.
+    """
+
+    def __init__(self, world: World, overrides: dict[str, Any] | None = None, store: Any = None) -> None:
         self.world = world
         self._overrides = copy.deepcopy(overrides)
-        self.state: dict[str, Any] = world.initial_state(overrides)
+        self.store = store if store is not None else MemoryStore()
+        self.reset()
 
     # -- state ---------------------------------------------------------------------------
     def reset(self) -> None:
-        self.state = self.world.initial_state(self._overrides)
+        s0 = self.world.initial_state(self._overrides)
+        self.s0_hash = digest(s0)  # equal to state_hash() right after loading, without reading the store back
+        self.store.load(s0)
+
+    def reopen(self) -> None:
+        """Drop every in-process handle on the store and open it again (process-local state loss)."""
+        self.store.reopen()
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The whole state as a dict (live for the memory store, a snapshot for SQLite)."""
+        return self.store.view()
 
     def snapshot(self) -> dict[str, Any]:
         """A detached copy of the state (a JSON round trip: the state is plain JSON data)."""
-        return json.loads(canonical_json(self.state))
+        return json.loads(self.store.snapshot_text())
 
     def state_hash(self) -> str:
-        return digest(self.state)
+        return hashlib.sha256(self.store.snapshot_text().encode("utf-8")).hexdigest()
 
     def snapshot_and_hash(self) -> tuple[dict[str, Any], str]:
         """Terminal state and its canonical hash from one serialization."""
-        text = canonical_json(self.state)
+        text = self.store.snapshot_text()
         return json.loads(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def record(self, ref: str) -> dict[str, Any] | None:
         coll, key = ref.split("/", 1)
-        rec = self.state["records"].get(coll, {}).get(key)
-        return copy.deepcopy(rec) if rec is not None else None
+        return self.store.get(coll, key)
 
     def authorized(self, principal: str, permission: str) -> bool:
-        return permission in self.state["permissions"].get(principal, [])
+        return permission in self.store.permissions(principal)
 
     # -- planning ------------------------------------------------------------------------
     def operation(self, op_name: str) -> Operation:
@@ -118,20 +214,20 @@ class MemoryBackend:
         if extra:
             raise BackendError("invalid_arguments", f"unknown argument(s) {extra}")
         business = {k: args[k] for k, spec in sorted(op.args.items()) if spec.business}
-        records = self.state["records"][op.collection]
         targets: tuple[str, ...] = ()
         parts: tuple[str, ...] = ("effect",)
         units = op.work_units
         if op.key is not None:
             key = args[op.key]
-            if key not in records:
-                raise BackendError("not_found", _ref(op.collection, key))
+            rec = self.store.get(op.collection, key) if isinstance(key, str) else None
+            if rec is None:
+                raise BackendError("not_found", _ref(op.collection, str(key)))
             targets = (_ref(op.collection, key),)
             if op.work_units_field is not None:
-                units = int(records[key].get(op.work_units_field, units))
+                units = int(rec.get(op.work_units_field, units))
         if op.kind == "update_many":
             where = self._bind(op.where, args)
-            keys = sorted(k for k, r in records.items() if all(r.get(f) == v for f, v in where.items()))
+            keys = [k for k, r in self.store.scan(op.collection) if all(r.get(f) == v for f, v in where.items())]
             if not keys:
                 raise BackendError("not_found", f"no {op.collection} record matches {where}")
             targets = tuple(_ref(op.collection, k) for k in keys)
@@ -149,10 +245,9 @@ class MemoryBackend:
         if op.kind == "read":
             return {"record": self.record(plan.targets[0]), "ref": plan.targets[0]}
         where = self._bind(op.where, plan.args)
-        rows = self.state["records"][op.collection]
         found = [
             {"ref": _ref(op.collection, k), **copy.deepcopy(r)}
-            for k, r in sorted(rows.items())
+            for k, r in self.store.scan(op.collection)
             if all(r.get(f) == v for f, v in where.items())
         ]
         return {"records": found}
@@ -169,28 +264,26 @@ class MemoryBackend:
         if op.kind in ("create", "job"):
             coll = op.creates or op.collection
             want = {**values, "source": plan.targets[0]} if op.kind == "job" else values
-            found = any(all(r.get(f) == v for f, v in want.items()) for r in self.state["records"][coll].values())
+            found = any(all(r.get(f) == v for f, v in want.items()) for _, r in self.store.scan(coll))
             return {"holds": found, "parts_done": int(found), "parts_total": 1}
         done = sum(1 for ref in plan.targets if all((self.record(ref) or {}).get(f) == v for f, v in values.items()))
         return {"holds": done == len(plan.targets), "parts_done": done, "parts_total": len(plan.targets)}
 
     def key_committed(self, key: str) -> bool:
         """Effect-level evidence: has a write under this idempotency key committed?"""
-        return key in self.state["idempotency"]
+        return self.store.by_key(key) is not None
 
     # -- faults acting on the world (called by the harness, never by an agent) -------------
     def concurrent_write(self, ref: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Another writer changes a record: fields set, version bumped. Not an agent effect."""
         coll, key = ref.split("/", 1)
-        rec = self.state["records"][coll][key]
-        before = rec[VERSION]
-        rec.update(copy.deepcopy(fields))
-        rec[VERSION] = before + 1
-        return {"ref": ref, "version_before": before, "version_after": rec[VERSION]}
+        with self.store.transaction():
+            before, after, _ = self.store.write(coll, key, fields, force=True)  # type: ignore[misc]
+        return {"ref": ref, "version_before": before, "version_after": after}
 
     def revoke(self, principal: str, permission: str) -> None:
-        perms = self.state["permissions"].get(principal, [])
-        self.state["permissions"][principal] = [p for p in perms if p != permission]
+        with self.store.transaction():
+            self.store.revoke(principal, permission)
 
     # -- writes --------------------------------------------------------------------------
     def commit(
@@ -203,25 +296,30 @@ class MemoryBackend:
         guards: Guards = Guards(),
         parts_limit: int | None = None,
     ) -> CommitOutcome:
-        """The commit point of a WRITE: check requested guards, apply, append to the ledger."""
+        """The commit point of a WRITE: one transaction that checks the requested guards, applies the effect
+        and appends it to the ledger. Its commit is the EFFECT_COMMITTED stage."""
+        try:
+            with self.store.transaction():
+                return self._commit(plan, effect_id, invocation, principal, guards, parts_limit)
+        except _Rejected as r:
+            return r.outcome
+
+    def _commit(self, plan: Plan, effect_id: str, invocation: str, principal: str, guards: Guards,
+                parts_limit: int | None) -> CommitOutcome:
         op = self.operation(plan.op_name)
         key = guards.idempotency_key
-        if key is not None and key in self.state["idempotency"]:
-            prior = self.state["ledger"][self.state["idempotency"][key]]
-            return CommitOutcome("replayed", copy.deepcopy(prior), "idempotency key already committed",
-                                 copy.deepcopy(prior["result"]))
+        if key is not None:
+            prior = self.store.by_key(key)
+            if prior is not None:
+                prior = copy.deepcopy(prior)
+                raise _Rejected(CommitOutcome("replayed", prior, "idempotency key already committed", prior["result"]))
         authorized = self.authorized(principal, op.permission)
         if guards.authority_at_commit and not authorized:
-            return CommitOutcome("unauthorized", None, f"{principal} lacks {op.permission} at commit")
-        if guards.expected_version is not None and plan.targets:
-            current = self.state["records"][op.collection][plan.targets[0].split("/", 1)[1]][VERSION]
-            if current != guards.expected_version:
-                return CommitOutcome("precondition_failed", None,
-                                     f"{plan.targets[0]} is at version {current}, expected {guards.expected_version}")
+            raise _Rejected(CommitOutcome("unauthorized", None, f"{principal} lacks {op.permission} at commit"))
         parts = plan.parts if parts_limit is None else plan.parts[:parts_limit]
-        targets, realized, result = self._apply(op, plan, parts)
+        targets, realized, result = self._apply(op, plan, parts, guards.expected_version)
         entry = {
-            "index": len(self.state["ledger"]),
+            "index": len(self.store.ledger()),
             "effect_id": effect_id,
             "op": plan.op_name,
             "effect": op.effect,
@@ -236,48 +334,45 @@ class MemoryBackend:
             "compensated": False,
             "result": result,
         }
-        self.state["ledger"].append(entry)
-        if key is not None:
-            self.state["idempotency"][key] = entry["index"]
-        if op.compensates is not None and op.key is not None:
-            self._compensate(op, plan)
+        self.store.append(entry)
+        if op.compensates is not None and op.key is not None and plan.targets:
+            self.store.compensate(op.compensates, plan.targets[0])
         return CommitOutcome("committed", copy.deepcopy(entry), "", copy.deepcopy(result))
 
-    def _apply(self, op: Operation, plan: Plan, parts: tuple[str, ...]) -> tuple[list, list, dict]:
+    def _apply(self, op: Operation, plan: Plan, parts: tuple[str, ...],
+               expected_version: int | None) -> tuple[list, list, dict]:
         """Apply the primitive; returns (targets with versions, effect parts realized, result)."""
         values = self._bind(op.set, plan.args)
         if op.kind in ("create", "job"):
             coll = op.creates or op.collection
-            self.state["counters"][coll] += 1
-            key = f"{op.key_prefix}{self.state['counters'][coll]}"
+            key = f"{op.key_prefix}{self.store.bump_counter(coll)}"
             if op.kind == "job":
                 values = {**values, "source": plan.targets[0]}
-            self.state["records"][coll][key] = {**values, VERSION: 1}
+            self.store.insert(coll, key, {**values, VERSION: 1})
             ref = _ref(coll, key)
             touched = [{"ref": ref, "version_before": 0, "version_after": 1}]
             if op.kind == "job":
-                touched = [self._touch(plan.targets[0], {})] + touched
+                touched = [self._touch(plan.targets[0], {}, None)] + touched
             return touched, ["effect"], {"ref": ref, "record": self.record(ref)}
         touched, realized = [], []
         for ref in (plan.targets if op.kind == "update" else parts):
-            t = self._touch(ref, values)
+            t = self._touch(ref, values, expected_version if op.kind == "update" else None)
             touched.append(t)
             if t["changed"]:
                 realized.append("effect" if op.kind == "update" else ref)
         return touched, realized, {"refs": [t["ref"] for t in touched]}
 
-    def _touch(self, ref: str, values: dict[str, Any]) -> dict[str, Any]:
+    def _touch(self, ref: str, values: dict[str, Any], expected_version: int | None) -> dict[str, Any]:
         coll, key = ref.split("/", 1)
-        rec = self.state["records"][coll][key]
-        before = rec[VERSION]
-        changed = any(rec.get(f) != v for f, v in values.items())
-        if changed:
-            rec.update(copy.deepcopy(values))
-            rec[VERSION] = before + 1
-        return {"ref": ref, "version_before": before, "version_after": rec[VERSION], "changed": changed}
+        out = self.store.write(coll, key, values, expected_version)
+        if out is None:
+            current = (self.store.get(coll, key) or {}).get(VERSION)
+            raise _Rejected(CommitOutcome("precondition_failed", None,
+                                          f"{ref} is at version {current}, expected {expected_version}"))
+        before, after, changed = out
+        return {"ref": ref, "version_before": before, "version_after": after, "changed": changed}
 
-    def _compensate(self, op: Operation, plan: Plan) -> None:
-        target = plan.targets[0] if plan.targets else None
-        for e in self.state["ledger"]:
-            if e["op"] == op.compensates and any(t["ref"] == target for t in e["targets"]):
-                e["compensated"] = True
+
+def MemoryBackend(world: World, overrides: dict[str, Any] | None = None) -> Backend:  # noqa: N802
+    """The in-memory resettable backend (a Backend over a MemoryStore)."""
+    return Backend(world, overrides)

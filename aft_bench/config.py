@@ -6,12 +6,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.canonical import digest
 from aft_bench.comparisons import Comparison, load_comparisons
 from aft_bench.conditions import Conditions, load_conditions
-from aft_bench.errors import InputError
+from aft_bench.errors import FieldProblem, InputError
 from aft_bench.manifest import read_toml, validate
 from aft_bench.workloads import Workload, WorkloadSet, load_workloads
 
@@ -20,6 +20,17 @@ CONTROLLERS = ("deterministic",)
 
 class Experiment(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_backend(cls, data: Any) -> Any:
+        """`backend = "sqlite"` is shorthand for `backends = ["sqlite"]`."""
+        if isinstance(data, dict) and "backend" in data:
+            if "backends" in data:
+                raise FieldProblem("backend", data["backend"], "give either backend or backends, not both")
+            data = {**data, "backends": [data["backend"]]}
+            del data["backend"]
+        return data
 
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -31,7 +42,7 @@ class Experiment(BaseModel):
     repetitions: int = Field(default=1, ge=1)
     controllers: tuple[Literal["deterministic"], ...] = ("deterministic",)
     models: tuple[str, ...] = ("none",)
-    backend: Literal["memory"] = "memory"
+    backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
 
@@ -132,7 +143,8 @@ def _expand(exp: Experiment, wl: Workload, conds: list[str], p: Path) -> list[Ce
     tasks = wl.tasks[: exp.tasks_per_workload] if exp.tasks_per_workload else wl.tasks
     seeds = exp.workload_seeds.get(wl.id, exp.seeds)
     return [
-        Cell(wl.info.world, exp.backend, wl.id, task.id, cond, variant.id, seed, size, ctrl, model, rep)
+        Cell(wl.info.world, backend, wl.id, task.id, cond, variant.id, seed, size, ctrl, model, rep)
+        for backend in exp.backends
         for task in tasks
         for variant in wl.variants_for(task)
         for size in sizes

@@ -10,10 +10,13 @@ applies exactly the guards the request carries.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+import json
+from collections.abc import Iterator, MutableMapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from aft_bench.backend import BackendError, Guards, MemoryBackend, Plan, effect_identity
+from aft_bench.backend import Backend, BackendError, Guards, Plan, effect_identity
+from aft_bench.canonical import canonical_json
 from aft_bench.faults import Injector, PlannedFault
 from aft_bench.stages import Stage
 from aft_bench.trace import Trace
@@ -60,6 +63,68 @@ class Invocation:
         """A copy for the durable store; fields are replaced, never mutated in place, so shallow suffices."""
         return copy.copy(self)
 
+    def to_json(self) -> str:
+        return canonical_json({
+            "inv": self.inv, "request": {**asdict(self.request)}, "plan": asdict(self.plan) if self.plan else None,
+            "effect_id": self.effect_id, "status": self.status, "units_done": self.units_done,
+            "response": self.response, "commit_status": self.commit_status,
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> Invocation:
+        d = json.loads(text)
+        req = d["request"]
+        request = Request(req["op"], req["args"], req["principal"], req["intent"], req["request_id"],
+                          Guards(**req["guards"]))
+        p = d["plan"]
+        plan = None if p is None else Plan(p["op_name"], p["args"], p["business_args"], tuple(p["targets"]),
+                                           tuple(p["parts"]), p["work_units"])
+        return cls(d["inv"], request, plan, d["effect_id"], d["status"], d["units_done"], d["response"],
+                   d["commit_status"])
+
+
+class SqliteInvocations(MutableMapping[str, Invocation]):
+    """Durable invocation state in the run's SQLite file (the `invocations` table)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._last: dict[str, str] = {}
+
+    def _table(self) -> Any:
+        return self.store.t["invocations"]
+
+    def __getitem__(self, inv: str) -> Invocation:
+        from sqlalchemy import select
+
+        tb = self._table()
+        row = self.store.conn.execute(select(tb.c.data).where(tb.c.inv == inv)).first()
+        if row is None:
+            raise KeyError(inv)
+        return Invocation.from_json(row.data)
+
+    def __setitem__(self, inv: str, value: Invocation) -> None:
+        from sqlalchemy.dialects.sqlite import insert
+
+        data = value.to_json()
+        if self._last.get(inv) == data:
+            return  # unchanged since the last durable write
+        stmt = insert(self._table()).values(inv=inv, data=data)
+        with self.store.transaction():
+            self.store.conn.execute(stmt.on_conflict_do_update(index_elements=["inv"], set_={"data": data}))
+        self._last[inv] = data
+
+    def __delitem__(self, inv: str) -> None:
+        raise TypeError("durable invocation state is never deleted during a run")
+
+    def __iter__(self) -> Iterator[str]:
+        from sqlalchemy import select
+
+        tb = self._table()
+        return iter([r.inv for r in self.store.conn.execute(select(tb.c.inv).order_by(tb.c.inv))])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
 
 @dataclass
 class Runtime:
@@ -67,7 +132,7 @@ class Runtime:
 
     durable_state: bool = False
     local: dict[str, Invocation] = field(default_factory=dict)
-    durable: dict[str, Invocation] = field(default_factory=dict)
+    durable: MutableMapping[str, Invocation] = field(default_factory=dict)
 
     def checkpoint(self, inv: Invocation) -> None:
         self.local[inv.inv] = inv
@@ -83,11 +148,13 @@ class Runtime:
 class Pipeline:
     """Executes requests against a backend through the stages, injecting planned faults and tracing all."""
 
-    def __init__(self, backend: MemoryBackend, trace: Trace, injector: Injector, *, durable_state: bool = False):
+    def __init__(self, backend: Backend, trace: Trace, injector: Injector, *, durable_state: bool = False):
         self.backend = backend
         self.trace = trace
         self.injector = injector
-        self.runtime = Runtime(durable_state=durable_state)
+        store = backend.store
+        durable: MutableMapping[str, Invocation] = SqliteInvocations(store) if hasattr(store, "conn") else {}
+        self.runtime = Runtime(durable_state=durable_state, durable=durable)
         self._n_inv = 0
         self._n_req = 0
         self._request_ids: dict[str, str] = {}
@@ -318,6 +385,7 @@ class Pipeline:
                 self.runtime.checkpoint(inv)
             self.trace.append("fault_fired", **data, unit=inv.units_done)
             lost = self.runtime.lose_local()
+            self.backend.reopen()  # every in-process handle goes too; the backend's store is reopened
             self.trace.append("state_lost", discarded=lost, durable=sorted(self.runtime.durable))
             return Delivery(inv.inv, "lost", None)
         self.trace.append("fault_fired", **data)

@@ -97,7 +97,8 @@ def _figure2(primary: list[dict[str, Any]], path: Path) -> bool:
 
 
 def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
-    """Duplicate effects and unsafe commits per backend, weak vs effect-aware conditions."""
+    """Duplicate effects (response loss) and unsafe commits (stale state, permission drift) per condition and
+    backend: the persistent-backend replication beside the in-memory one."""
     if "sqlite" not in set(results.get("backend", pd.Series(dtype=str))):
         return None
     import matplotlib
@@ -105,20 +106,25 @@ def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sel = results[results["workload"].isin(["response_loss", "stale_drift"])]
-    table = (sel.assign(effect_aware=sel["mechanisms"].str.contains('"effects":"guarded"'))
-             .groupby(["backend", "workload", "effect_aware"])[["duplicate_effects", "unsafe_commits"]].sum()
-             .reset_index())
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    labels = [f"{b}\n{'effect-aware' if e else 'weaker'}" for b, e in
-              table.groupby(["backend", "effect_aware"]).size().index]
-    sums = table.groupby(["backend", "effect_aware"])[["duplicate_effects", "unsafe_commits"]].sum()
-    x = range(len(sums))
-    ax.bar([i - 0.2 for i in x], sums["duplicate_effects"], width=0.4, label="duplicate effects")
-    ax.bar([i + 0.2 for i in x], sums["unsafe_commits"], width=0.4, label="unsafe commits")
-    ax.set_xticks(list(x), labels)
-    ax.legend()
-    ax.set_title("Safety across backends")
+    dup = results[results["workload"] == "response_loss"].groupby(["condition", "backend"])["duplicate_effects"].sum()
+    unsafe = results[results["workload"] == "stale_drift"].groupby(["condition", "backend"])["unsafe_commits"].sum()
+    effects = results.drop_duplicates("condition").set_index("condition")["mechanisms"].map(
+        lambda m: json.loads(m)["effects"])
+    table = pd.DataFrame({"duplicate_effects": dup, "unsafe_commits": unsafe}).astype("Int64").reset_index()
+    table.insert(1, "effects", table["condition"].map(effects))
+    backends = sorted(table["backend"].unique())
+    conds = list(dict.fromkeys(table["condition"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=False)
+    width = 0.8 / len(backends)
+    for ax, col, title in ((axes[0], "duplicate_effects", "duplicate effects (response loss)"),
+                           (axes[1], "unsafe_commits", "unsafe commits (stale state, drift)")):
+        for j, b in enumerate(backends):
+            vals = table[table["backend"] == b].set_index("condition")[col]
+            ax.bar([i + j * width for i in range(len(conds))], [0 if pd.isna(vals.get(c)) else vals.get(c) for c in conds], width, label=b)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(conds))], conds, rotation=20, ha="right")
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle("Persistent-backend safety replication: SQLite beside in-memory")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -172,9 +178,11 @@ def build(directory: Path) -> list[Section]:
     results = pd.read_parquet(directory / "results.parquet")
     fig3 = out_dir / "fig3_backend_safety.png"
     t3 = _figure3(results, fig3)
+    shown = None if t3 is None else t3.astype(object).where(t3.notna(), "–")
     sections.append(Section("Figure 3: persistent-backend safety replication",
-                            "" if t3 is not None else "Not available: these results contain no SQLite-backend runs.",
-                            t3, fig3.name if t3 is not None else None))
+                            "Sums over runs; – where the condition was not run on that workload." if t3 is not None
+                            else "Not available: these results contain no SQLite-backend runs.",
+                            shown, fig3.name if t3 is not None else None))
     pm = pd.DataFrame(data["per_model"])
     if len(pm):
         pm = pm[["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh", "interaction"]]

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from aft_bench.backend import Guards, MemoryBackend
+from aft_bench.backend import Backend, Guards
+from aft_bench.errors import HarnessError
 from aft_bench.faults import NO_FAULTS, FaultSchedule, Injector, realize
 from aft_bench.labels import Labels, compute_labels
 from aft_bench.pipeline import Delivery, Pipeline, Request
@@ -28,11 +29,11 @@ class RunResult:
 
 
 def start_run(world: World, task: Task, schedule: FaultSchedule, seed: int, trace: Trace,
-              *, durable_state: bool = False) -> Pipeline:
-    """Reset the world to the task's s0 and open the trace with the run's provenance."""
-    backend = MemoryBackend(world, task.state)
+              *, durable_state: bool = False, store: Any = None) -> Pipeline:
+    """Reset the world to the task's s0 (in `store`, default in memory) and open the trace with provenance."""
+    backend = Backend(world, task.state, store)
     trace.append("run_start", world=world.id, world_hash=world.hash, task=task.id, task_hash=task.hash,
-                 schedule=schedule.id, schedule_hash=schedule.hash, seed=seed, s0_hash=backend.state_hash())
+                 schedule=schedule.id, schedule_hash=schedule.hash, seed=seed, s0_hash=backend.s0_hash)
     return Pipeline(backend, trace, Injector(realize(schedule, seed)), durable_state=durable_state)
 
 
@@ -44,7 +45,21 @@ def finish_run(pipeline: Pipeline, task: Task, action: str, claim: str | None) -
     trace.append("terminal_state", hash=state_hash)
     head = trace.seal().hash
     events = trace.events()
-    return RunResult(compute_labels(events, state, task), events, state, head)
+    labels = compute_labels(events, state, task)
+    _cross_check(pipeline.backend, labels)
+    return RunResult(labels, events, state, head)
+
+
+def _cross_check(backend: Backend, labels: Labels) -> None:
+    """Where the store can count effects itself (SQL), its counts must equal the trace-derived labels."""
+    counts = getattr(backend.store, "sql_counts", None)
+    if counts is None:
+        return
+    db = counts()
+    trace = {"commits": labels.commits, "duplicate_effects": labels.duplicate_effects,
+             "unauthorized_effects": labels.unauthorized_effects}
+    if db != trace:
+        raise HarnessError(f"database {backend.store.path} and trace disagree: database {db}, trace {trace}")
 
 
 def drive(pipeline: Pipeline, steps: Sequence[Step], budget: int) -> tuple[str, str | None]:

@@ -7,6 +7,7 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -45,8 +46,23 @@ def run_cell(plan: Plan, cell: Cell, trace_dir: Path | None) -> dict[str, Any]:
     schedule = wl.schedule(variant, task)
     world = world_for(wl, task, cell.catalog_size, cell.fault_seed)
     mech = plan.conditions.resolve(cell.condition)
+    store = None
+    if cell.backend == "sqlite":
+        from aft_bench.sqlite_store import SqliteStore
+
+        db_dir = trace_dir.parent / "db" if trace_dir else Path(tempfile.mkdtemp(prefix="aft-db-"))
+        store = SqliteStore(db_dir / f"{cell.run_id}.sqlite", world)
+    try:
+        return _run_cell(plan, cell, trace_dir, task, schedule, world, mech, store, t0)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run_cell(plan: Plan, cell: Cell, trace_dir: Path | None, task: Task, schedule: Any, world: Any, mech: Any,
+              store: Any, t0: float) -> dict[str, Any]:
     trace = Trace(trace_dir / f"{cell.run_id}.jsonl" if trace_dir else None)
-    pipeline = start_run(world, task, schedule, cell.fault_seed, trace, durable_state=mech.durable)
+    pipeline = start_run(world, task, schedule, cell.fault_seed, trace, durable_state=mech.durable, store=store)
     trace.append("cell", **cell.key(), run_id=cell.run_id, mechanisms=mech.to_dict())
     iface = Interface(pipeline, mech)
     state = controller.init(task, iface.surface())
@@ -112,7 +128,8 @@ def _git() -> dict[str, Any]:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for name in ("pydantic", "litellm", "rank-bm25", "pandas", "pyarrow"):
+    for name in ("pydantic", "litellm", "rank-bm25", "pandas", "pyarrow", "numpy", "scipy", "statsmodels",
+                 "sqlalchemy", "matplotlib"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

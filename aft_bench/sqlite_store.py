@@ -1,0 +1,318 @@
+"""The SQLite store (SQLAlchemy 2.x Core): the same backend state behind a real transaction boundary.
+
+One database file per run. Tables are generated from the world manifest (one per collection), plus the
+effect ledger, its realized parts, permissions, key counters and the durable invocation table. Each
+WRITE is one transaction whose COMMIT is the EFFECT_COMMITTED stage; the idempotency key is a UNIQUE
+constraint, a version precondition is a conditional `UPDATE ... WHERE version = ?`, and authority is read
+in the same transaction as the write. WAL journal, synchronous=FULL.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, Text, create_engine, event, select, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DatabaseError, OperationalError
+
+from aft_bench.canonical import canonical_json
+from aft_bench.errors import InputError
+from aft_bench.world import VERSION, World
+
+LOCK_TIMEOUT_S = 2.0
+
+
+def _tables(world: World, meta: MetaData) -> dict[str, Table]:
+    t: dict[str, Table] = {}
+    for coll in world.manifest.collections:
+        t[f"c:{coll}"] = Table(f"c_{coll}", meta, Column("key", String, primary_key=True),
+                               Column("version", Integer, nullable=False), Column("data", Text, nullable=False))
+    t["ledger"] = Table("ledger", meta, Column("idx", Integer, primary_key=True, autoincrement=False),
+                        Column("effect_id", String, nullable=False), Column("op", String, nullable=False),
+                        Column("effect", String, nullable=False), Column("business_args", Text, nullable=False),
+                        Column("invocation", String, nullable=False), Column("principal", String, nullable=False),
+                        Column("authorized", Boolean, nullable=False),
+                        Column("idempotency_key", String, unique=True, nullable=True),
+                        Column("targets", Text, nullable=False), Column("parts_total", Integer, nullable=False),
+                        Column("parts_realized", Text, nullable=False), Column("compensated", Boolean, nullable=False),
+                        Column("result", Text, nullable=False))
+    t["parts"] = Table("ledger_parts", meta, Column("idx", Integer, nullable=False),
+                       Column("effect_id", String, nullable=False), Column("part", String, nullable=False))
+    t["permissions"] = Table("permissions", meta, Column("principal", String, primary_key=True),
+                             Column("permission", String, primary_key=True))
+    t["principals"] = Table("principals", meta, Column("principal", String, primary_key=True))
+    t["counters"] = Table("counters", meta, Column("collection", String, primary_key=True),
+                          Column("n", Integer, nullable=False))
+    t["invocations"] = Table("invocations", meta, Column("inv", String, primary_key=True),
+                             Column("data", Text, nullable=False))
+    return t
+
+
+# Shared per process: table objects per world schema, and SQLAlchemy's compiled-statement cache, so that
+# the thousands of short-lived per-run connections reuse compiled SQL; an empty template file per schema
+# that each run's database starts as a copy of.
+_SCHEMAS: dict[str, tuple[MetaData, dict[str, Table]]] = {}
+_COMPILED: dict[Any, Any] = {}
+_TEMPLATES: dict[str, Path] = {}
+
+
+def _schema(world: World) -> tuple[MetaData, dict[str, Table]]:
+    key = world.hash
+    if key not in _SCHEMAS:
+        meta = MetaData()
+        _SCHEMAS[key] = (meta, _tables(world, meta))
+    return _SCHEMAS[key]
+
+
+def _template(world: World) -> Path:
+    """An empty database with this world's schema, made once per process and copied per run."""
+    key = world.hash
+    if key not in _TEMPLATES or not _TEMPLATES[key].exists():
+        meta, _ = _schema(world)
+        path = Path(tempfile.mkdtemp(prefix="aft-schema-")) / "template.sqlite"
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            meta.create_all(conn)
+        engine.dispose()
+        _TEMPLATES[key] = path
+    return _TEMPLATES[key]
+
+
+class SqliteStore:
+    """Backend state in one SQLite file. Opening an existing file checks it; a corrupt or locked file is an
+    InputError naming it."""
+
+    def __init__(self, path: str | Path, world: World) -> None:
+        self.path = Path(path)
+        self.world = world
+        self.meta, self.t = _schema(world)
+        self.engine: Engine | None = None
+        self.conn: Connection | None = None
+        self._depth = 0
+        self._open()
+
+    # -- connection ------------------------------------------------------------------------
+    def _open(self) -> None:
+        existed = self.path.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fresh = not existed
+        if not existed:
+            shutil.copyfile(_template(self.world), self.path)
+        engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": LOCK_TIMEOUT_S})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.close()
+
+        try:
+            conn = engine.connect().execution_options(compiled_cache=_COMPILED)
+            if existed:
+                ok = conn.execute(text("PRAGMA quick_check")).scalar()
+                conn.commit()
+                if ok != "ok":
+                    raise DatabaseError("quick_check", None, Exception(str(ok)))
+            if existed:
+                with conn.begin():
+                    self.meta.create_all(conn)
+        except OperationalError as exc:
+            engine.dispose()
+            problem = "database is locked by another process" if "locked" in str(exc) else "cannot open database"
+            raise InputError(self.path, "database", str(self.path), f"{problem} ({exc.orig})") from None
+        except DatabaseError as exc:
+            engine.dispose()
+            raise InputError(self.path, "database", str(self.path), f"not a usable SQLite database ({exc.orig})") from None
+        self.engine, self.conn = engine, conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            if self.conn.in_transaction():
+                self.conn.commit()  # only implicit read transactions can be open here
+            self.conn.close()
+        if self.engine is not None:
+            self.engine.dispose()
+        self.conn = self.engine = None
+
+    def reopen(self) -> None:
+        """Drop every in-process object (connection, engine) and open the file again."""
+        self.close()
+        self._open()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One explicit transaction; nested use joins it. A read-only transaction that SQLAlchemy opened
+        implicitly for earlier reads is closed first, so the write's COMMIT is really issued here."""
+        assert self.conn is not None
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        if self.conn.in_transaction():
+            self.conn.commit()
+        with self.conn.begin():
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
+
+    def _c(self) -> Connection:
+        assert self.conn is not None
+        return self.conn
+
+    # -- state -----------------------------------------------------------------------------
+    def load(self, s0: dict[str, Any]) -> None:
+        """Replace every row with s0, in one transaction; a lock held by someone else is an InputError."""
+        try:
+            self._load(s0)
+        except OperationalError as exc:
+            problem = "database is locked by another process" if "locked" in str(exc) else "cannot write database"
+            raise InputError(self.path, "database", str(self.path), f"{problem} ({exc.orig})") from None
+
+    def _load(self, s0: dict[str, Any]) -> None:
+        c, t = self._c(), self.t
+        with self.transaction():
+            if not self._fresh:
+                for table in reversed(self.meta.sorted_tables):
+                    c.execute(table.delete())
+            self._fresh = False
+            for coll, recs in s0["records"].items():
+                rows = [{"key": k, "version": r[VERSION], "data": _data(r)} for k, r in recs.items()]
+                if rows:
+                    c.execute(t[f"c:{coll}"].insert(), rows)
+            c.execute(t["principals"].insert(), [{"principal": p} for p in s0["permissions"]])
+            perms = [{"principal": p, "permission": x} for p, xs in s0["permissions"].items() for x in xs]
+            if perms:
+                c.execute(t["permissions"].insert(), perms)
+            c.execute(t["counters"].insert(), [{"collection": k, "n": n} for k, n in s0["counters"].items()])
+            for entry in s0["ledger"]:
+                self.append(entry)
+
+    def get(self, coll: str, key: str) -> dict[str, Any] | None:
+        tb = self.t[f"c:{coll}"]
+        row = self._c().execute(select(tb.c.version, tb.c.data).where(tb.c.key == key)).first()
+        return None if row is None else {**json.loads(row.data), VERSION: row.version}
+
+    def scan(self, coll: str) -> list[tuple[str, dict[str, Any]]]:
+        tb = self.t[f"c:{coll}"]
+        rows = self._c().execute(select(tb.c.key, tb.c.version, tb.c.data).order_by(tb.c.key))
+        return [(r.key, {**json.loads(r.data), VERSION: r.version}) for r in rows]
+
+    def write(self, coll: str, key: str, values: dict[str, Any], expected_version: int | None = None,
+              force: bool = False) -> tuple[int, int, bool] | None:
+        rec = self.get(coll, key)
+        assert rec is not None
+        before = rec[VERSION]
+        if expected_version is not None and before != expected_version:
+            return None
+        changed = force or any(rec.get(f) != v for f, v in values.items())
+        if not changed:
+            return before, before, False
+        tb = self.t[f"c:{coll}"]
+        new = {**{k: v for k, v in rec.items() if k != VERSION}, **values}
+        # the conditional UPDATE is the precondition: it matches no row if anyone moved the version
+        res = self._c().execute(tb.update().where(tb.c.key == key, tb.c.version == before)
+                                .values(version=before + 1, data=_data(new)))
+        if res.rowcount != 1:
+            return None
+        return before, before + 1, True
+
+    def insert(self, coll: str, key: str, rec: dict[str, Any]) -> None:
+        self._c().execute(self.t[f"c:{coll}"].insert().values(key=key, version=rec[VERSION], data=_data(rec)))
+
+    def bump_counter(self, coll: str) -> int:
+        tb = self.t["counters"]
+        self._c().execute(tb.update().where(tb.c.collection == coll).values(n=tb.c.n + 1))
+        return int(self._c().execute(select(tb.c.n).where(tb.c.collection == coll)).scalar_one())
+
+    def permissions(self, principal: str) -> list[str]:
+        tb = self.t["permissions"]
+        rows = self._c().execute(select(tb.c.permission).where(tb.c.principal == principal).order_by(tb.c.permission))
+        return [r.permission for r in rows]
+
+    def revoke(self, principal: str, permission: str) -> None:
+        tb = self.t["permissions"]
+        self._c().execute(tb.delete().where(tb.c.principal == principal, tb.c.permission == permission))
+
+    def ledger(self) -> list[dict[str, Any]]:
+        tb = self.t["ledger"]
+        return [_entry(r) for r in self._c().execute(select(tb).order_by(tb.c.idx))]
+
+    def by_key(self, key: str) -> dict[str, Any] | None:
+        tb = self.t["ledger"]
+        row = self._c().execute(select(tb).where(tb.c.idempotency_key == key)).first()
+        return None if row is None else _entry(row)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Insert a ledger row; the UNIQUE idempotency key makes a second commit under one key impossible."""
+        row = {
+            "idx": entry["index"], "effect_id": entry["effect_id"], "op": entry["op"], "effect": entry["effect"],
+            "business_args": canonical_json(entry["business_args"]), "invocation": entry["invocation"],
+            "principal": entry["principal"], "authorized": entry["authorized"],
+            "idempotency_key": entry["idempotency_key"], "targets": canonical_json(entry["targets"]),
+            "parts_total": entry["parts_total"], "parts_realized": canonical_json(entry["parts_realized"]),
+            "compensated": entry["compensated"], "result": canonical_json(entry["result"]),
+        }
+        self._c().execute(self.t["ledger"].insert().values(**row))
+        parts = [{"idx": entry["index"], "effect_id": entry["effect_id"], "part": p} for p in entry["parts_realized"]]
+        if parts:
+            self._c().execute(self.t["parts"].insert(), parts)
+
+    def compensate(self, op_name: str, ref: str) -> None:
+        tb = self.t["ledger"]
+        for e in self.ledger():
+            if e["op"] == op_name and any(t["ref"] == ref for t in e["targets"]):
+                self._c().execute(tb.update().where(tb.c.idx == e["index"]).values(compensated=True))
+
+    def view(self) -> dict[str, Any]:
+        """The state as the same dict the memory store holds."""
+        c, t = self._c(), self.t
+        records = {coll: dict(self.scan(coll)) for coll in self.world.manifest.collections}
+        principals = [r.principal for r in c.execute(select(t["principals"].c.principal))]
+        permissions = {p: self.permissions(p) for p in principals}
+        counters = {r.collection: r.n for r in c.execute(select(t["counters"]))}
+        ledger = self.ledger()
+        idem = {e["idempotency_key"]: e["index"] for e in ledger if e["idempotency_key"] is not None}
+        return {"records": records, "permissions": permissions, "counters": counters, "ledger": ledger,
+                "idempotency": idem}
+
+    def snapshot_text(self) -> str:
+        return canonical_json(self.view())
+
+    # -- labels straight from SQL, to cross-check the trace ------------------------------------
+    def sql_counts(self) -> dict[str, int]:
+        """Committed effects, duplicate commits (re-realized effect parts) and unauthorized commits, by SQL."""
+        c = self._c()
+        commits = c.execute(text("SELECT COUNT(*) FROM ledger")).scalar_one()
+        dup = c.execute(text(
+            "SELECT COUNT(DISTINCT b.idx) FROM ledger_parts a JOIN ledger_parts b "
+            "ON a.effect_id = b.effect_id AND a.part = b.part AND a.idx < b.idx")).scalar_one()
+        unauth = c.execute(text("SELECT COUNT(*) FROM ledger WHERE NOT authorized")).scalar_one()
+        return {"commits": int(commits), "duplicate_effects": int(dup), "unauthorized_effects": int(unauth)}
+
+
+def _data(rec: dict[str, Any]) -> str:
+    return canonical_json({k: v for k, v in rec.items() if k != VERSION})
+
+
+def _entry(r: Any) -> dict[str, Any]:
+    return {
+        "index": r.idx, "effect_id": r.effect_id, "op": r.op, "effect": r.effect,
+        "business_args": json.loads(r.business_args), "invocation": r.invocation, "principal": r.principal,
+        "authorized": bool(r.authorized), "idempotency_key": r.idempotency_key, "targets": json.loads(r.targets),
+        "parts_total": r.parts_total, "parts_realized": json.loads(r.parts_realized),
+        "compensated": bool(r.compensated), "result": json.loads(r.result),
+    }
+
+

@@ -1,0 +1,48 @@
+"""Benchmark: SQLite-backend runs/second against in-memory runs/second on the same matrix.
+
+    .venv/bin/python benchmarks/bench_backends.py
+
+The matrix is configs/sqlite_replication.toml restricted to one backend at a time, one worker, fresh
+processes. Two rates: the whole command (imports and start-up included) and the time inside the runs
+(median of the rows' wall_s: reset, calls, commits, trace, labels), which isolates the backend's own cost;
+the median leaves out the first run's one-off tokenizer import.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    base = (ROOT / "configs" / "sqlite_replication.toml").read_text()
+    exe = Path(sys.executable).with_name("aft-bench")
+    rates = {}
+    for backend in ("memory", "sqlite"):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = Path(tmp) / f"{backend}.toml"
+            cfg.write_text(re.sub(r"backends = \[.*\]", f'backends = ["{backend}"]', base))
+            t0 = time.perf_counter()
+            out = subprocess.run([str(exe), "run", str(cfg), "--out", f"{tmp}/out", "--workers", "1"],
+                                 cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            wall = time.perf_counter() - t0
+            runs = int(out.split()[0])
+            import pandas as pd
+
+            median = float(pd.read_parquet(f"{tmp}/out/results.parquet")["wall_s"].median())
+            rates[backend] = (runs / wall, 1 / median)
+            print(f"{backend:<7} runs={runs}  command wall={wall:.1f}s ({runs / wall:.1f} runs/s)  "
+                  f"median run {median * 1000:.1f} ms ({1 / median:.0f} runs/s)")
+    cmd = rates["sqlite"][0] / rates["memory"][0]
+    steady = rates["sqlite"][1] / rates["memory"][1]
+    print(f"sqlite/memory rate: {cmd:.2f} for the whole command, {steady:.2f} per run (median)")
+
+
+if __name__ == "__main__":
+    main()
