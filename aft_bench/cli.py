@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aft_bench import __version__
-from aft_bench.errors import InputError, TraceIntegrityError
+from aft_bench.errors import InputError, OutputError, TraceIntegrityError
 
 DEFAULT_WORLDS = Path(__file__).resolve().parent.parent / "worlds"
 
@@ -230,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except TraceIntegrityError as exc:
         print(f"aft-bench: trace integrity: {exc}", file=sys.stderr)
+        return 1
+    except OutputError as exc:
+        print(f"aft-bench: error: {exc}", file=sys.stderr)
         return 1
 
 

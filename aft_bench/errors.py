@@ -36,3 +36,11 @@ class HarnessError(Exception):
 
 class TraceIntegrityError(Exception):
     """A trace file was modified, reordered or truncated."""
+
+
+class OutputError(Exception):
+    """Results could not be written (full disk, read-only or missing directory); earlier results are intact."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        self.path = str(path)
+        super().__init__(f"cannot write {self.path}: {exc.strerror or exc}; results recorded earlier are intact")

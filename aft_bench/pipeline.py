@@ -15,6 +15,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from aft_bench import crashpoints
 from aft_bench.backend import Backend, BackendError, Guards, Plan, effect_identity
 from aft_bench.canonical import canonical_json
 from aft_bench.faults import Injector, PlannedFault
@@ -305,9 +306,11 @@ class Pipeline:
             self._stage(inv, Stage.EFFECT_COMMITTED, effect=inv.effect_id, suppressed=True)
             response = {"status": "ok", "result": {"refs": list(plan.targets)}}
         else:
+            crashpoints.hit("before_commit")
             outcome = self.backend.commit(plan, effect_id=inv.effect_id or "", invocation=inv.inv,
                                           principal=inv.request.principal, guards=inv.request.guards,
                                           parts_limit=parts_limit)
+            crashpoints.hit("after_commit")
             inv.commit_status = outcome.status
             if outcome.status == "committed":
                 e = outcome.entry or {}

@@ -44,6 +44,10 @@ COLUMNS: dict[str, str] = {
     "world_hash": "hash of the world manifest",
     "task_hash": "hash of the task definition",
     "schedule_hash": "hash of the realized fault schedule definition",
+    "config_hash": "hash of the resolved experiment config",
+    "lock_hash": "hash of the evidence-freeze lock the run was made under (null if the config is not frozen)",
+    "code_version": "package version + git sha (+ .dirty) of the code that made the run",
+    "session": "runner session (1 = first run into this directory, 2 = first resume, ...)",
 }
 
 

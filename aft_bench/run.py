@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from aft_bench import crashpoints
 from aft_bench.backend import Backend, Guards
 from aft_bench.errors import HarnessError
 from aft_bench.faults import NO_FAULTS, FaultSchedule, Injector, realize
@@ -43,6 +44,7 @@ def finish_run(pipeline: Pipeline, task: Task, action: str, claim: str | None) -
     trace.append("terminal", action=action, claim=claim)
     state, state_hash = pipeline.backend.snapshot_and_hash()
     trace.append("terminal_state", hash=state_hash)
+    crashpoints.hit("before_seal")
     head = trace.seal().hash
     events = trace.events()
     labels = compute_labels(events, state, task)

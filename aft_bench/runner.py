@@ -3,7 +3,9 @@ the trace and labels it; rows go to `results.parquet`, traces to `traces/`, prov
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -17,7 +19,8 @@ from typing import Any, Callable, Iterable
 from aft_bench import __version__, controller
 from aft_bench.canonical import canonical_json
 from aft_bench.config import Cell, Plan
-from aft_bench.errors import InputError
+from aft_bench.errors import InputError, OutputError
+from aft_bench.journal import Journal, append_record, ids, read_records
 from aft_bench.interface import Interface
 from aft_bench.results import write_parquet
 from aft_bench.run import finish_run, start_run
@@ -126,6 +129,13 @@ def _git() -> dict[str, Any]:
         return {"git_sha": None, "git_dirty": None}
 
 
+def _code() -> dict[str, Any]:
+    git = _git()
+    sha = git["git_sha"] or "unknown"
+    return {"package_version": __version__, **git,
+            "version": f"{__version__}+{sha[:12]}{'.dirty' if git['git_dirty'] else ''}"}
+
+
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in ("pydantic", "litellm", "rank-bm25", "pandas", "pyarrow", "numpy", "scipy", "statsmodels",
@@ -152,7 +162,7 @@ def manifest(plan: Plan) -> dict[str, Any]:
         "workloads": {w: {"path": str(wl.path), "hash": wl.hash,
                           "tasks": {t.id: t.hash for t in wl.tasks}} for w, wl in workloads.items()},
         "tokenizer": {"counter": "litellm.token_counter", "model": TOKENIZER_MODEL},
-        "code": {"package_version": __version__, **_git()},
+        "code": _code(),
         "packages": _versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -168,26 +178,162 @@ def _init_worker(config: str, worlds: str, traces: str) -> None:
     _WORKER.update(plan=load_plan(config, Path(worlds)), traces=Path(traces))
 
 
-def _run_index(i: int) -> dict[str, Any]:
-    return run_cell(_WORKER["plan"], _WORKER["plan"].cells[i], _WORKER["traces"])
+def _secrets() -> list[str]:
+    """Values of environment variables that look like credentials, to scrub from any failure text."""
+    return [v for k, v in os.environ.items() if len(v) >= 8 and any(w in k.upper() for w in SECRET_WORDS)]
+
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def redact(text: str) -> str:
+    for value in _secrets():
+        text = text.replace(value, "[redacted]")
+    return text
+
+
+def _attempt(plan: Plan, index: int, traces: Path) -> tuple[str, dict[str, Any]]:
+    """Run one cell; an exception is an infrastructure failure record, never a result row."""
+    cell = plan.cells[index]
+    try:
+        return "row", run_cell(plan, cell, traces)
+    except Exception as exc:  # noqa: BLE001 - every harness/backend failure is recorded, then the tuple stays pending
+        return "failure", {"run_id": cell.run_id, **cell.key(), "error": type(exc).__name__,
+                           "message": redact(str(exc))[:2000]}
+
+
+def _run_index(i: int) -> tuple[int, str, dict[str, Any]]:
+    kind, data = _attempt(_WORKER["plan"], i, _WORKER["traces"])
+    return i, kind, data
 
 
 def run_plan(plan: Plan, out: Path, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
              workers: int = 1) -> list[dict]:
-    """Run every cell of a plan into a new output directory; rows come back in plan order."""
-    if out.exists() and any(out.iterdir()):
-        raise InputError(out, "--out", str(out), "output directory is not empty; choose a new one")
-    traces = out / "traces"
-    traces.mkdir(parents=True, exist_ok=True)
-    wrap = progress or (lambda it: it)
-    if workers > 1:
-        import multiprocessing as mp
+    """Run every pending cell of a plan into `out`, resuming whatever is already recorded there.
 
-        ctx = mp.get_context("fork")
-        with ctx.Pool(workers, _init_worker, (str(plan.path), str(plan.worlds_dir), str(traces))) as pool:
-            rows = list(wrap(pool.imap(_run_index, range(len(plan.cells)), chunksize=16)))
-    else:
-        rows = [run_cell(plan, cell, traces) for cell in wrap(plan.cells)]
-    write_parquet(rows, out / "results.parquet")
-    (out / "manifest.json").write_text(json.dumps(manifest(plan), indent=2, sort_keys=True) + "\n")
+    Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
+    end. Returns the rows of the whole matrix recorded so far, in plan order.
+    """
+    from aft_bench import freeze
+
+    lock_hash = freeze.check(plan)
+    current_inputs = freeze.inputs(plan)
+    with RunDirectory(out) as rundir:
+        manifest_data = rundir.admit(plan, current_inputs, lock_hash)
+        journal = Journal(out / "journal.jsonl")
+        try:
+            done = set(ids(journal.rows))
+            pending = [i for i, c in enumerate(plan.cells) if c.run_id not in done]
+            session = rundir.start_session(len(pending))
+            rundir.quarantine([plan.cells[i].run_id for i in pending], session)
+            traces = out / "traces"
+            traces.mkdir(exist_ok=True)
+            extra = {"config_hash": plan.config_hash, "lock_hash": lock_hash,
+                     "code_version": manifest_data["code"]["version"], "session": session}
+            wrap = progress or (lambda it: it)
+            if workers > 1 and len(pending) > 1:
+                import multiprocessing as mp
+
+                ctx = mp.get_context("fork")
+                with ctx.Pool(workers, _init_worker, (str(plan.path), str(plan.worlds_dir), str(traces))) as pool:
+                    for _i, kind, data in wrap(pool.imap(_run_index, pending, chunksize=8)):
+                        _record(journal, out, kind, data, extra)
+            else:
+                for i in wrap(pending):
+                    kind, data = _attempt(plan, i, traces)
+                    _record(journal, out, kind, data, extra)
+        finally:
+            journal.close()
+        order = {c.run_id: i for i, c in enumerate(plan.cells)}
+        rows = sorted(journal.rows, key=lambda r: order.get(r["run_id"], len(order)))
+        write_parquet(rows, out / "results.parquet")
     return rows
+
+
+def _record(journal: Journal, out: Path, kind: str, data: dict[str, Any], extra: dict[str, Any]) -> None:
+    if kind == "row":
+        journal.append({**data, **extra})
+    else:
+        append_record(out / "failures.jsonl", {**data, "session": extra["session"]})
+
+
+class RunDirectory:
+    """An output directory held by one runner at a time (an exclusive lock file)."""
+
+    LOCK = ".runner.lock"
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._fh: Any = None
+
+    def __enter__(self) -> RunDirectory:
+        if self.out.exists() and any(self.out.iterdir()) and not (self.out / "manifest.json").exists():
+            raise InputError(self.out, "--out", str(self.out),
+                             "directory holds files but no aft-bench manifest.json; choose a new or empty one")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.out / self.LOCK, "a")
+        except OSError as exc:
+            raise OutputError(self.out, exc) from None
+        try:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.close()
+            raise InputError(self.out, "--out", str(self.out),
+                             "another aft-bench runner is writing this directory; wait for it or choose another") from None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+
+    def admit(self, plan: Plan, inputs: dict[str, str], lock_hash: str | None) -> dict[str, Any]:
+        """Write the manifest, or check that the existing one describes the same resolved config."""
+        path = self.out / "manifest.json"
+        fresh = manifest(plan)
+        fresh.update(inputs=inputs, lock_hash=lock_hash, run_ids=[c.run_id for c in plan.cells])
+        if path.exists():
+            old = json.loads(path.read_text())
+            diffs = _differences(old, fresh)
+            if diffs:
+                raise InputError(path, "resolved config", diffs[:8],
+                                 "this directory holds results of a different config or inputs; use a new --out")
+            return old
+        _atomic_write(path, json.dumps(fresh, indent=2, sort_keys=True) + "\n")
+        return fresh
+
+    def start_session(self, pending: int) -> int:
+        sessions = read_records(self.out / "sessions.jsonl")
+        n = len(sessions) + 1
+        append_record(self.out / "sessions.jsonl", {"session": n, "pid": os.getpid(), "pending": pending})
+        return n
+
+    def quarantine(self, run_ids: list[str], session: int) -> None:
+        """Move leftovers of unfinished attempts (partial traces, databases) aside, never deleting them."""
+        for sub, suffix in (("traces", ".jsonl"), ("db", ".sqlite")):
+            for rid in run_ids:
+                for f in (self.out / sub).glob(f"{rid}{suffix}*"):
+                    dest = self.out / "quarantine" / f"session-{session}" / sub
+                    dest.mkdir(parents=True, exist_ok=True)
+                    os.replace(f, dest / f.name)
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    out = []
+    for k in sorted(set(old["experiment"]) | set(new["experiment"])):
+        if old["experiment"].get(k) != new["experiment"].get(k):
+            out.append(f"experiment.{k}: {old['experiment'].get(k)!r} -> {new['experiment'].get(k)!r}")
+    oi, ni = old.get("inputs", {}), new.get("inputs", {})
+    out += [f"input {k} changed" for k in sorted(set(oi) | set(ni)) if oi.get(k) != ni.get(k)]
+    if old.get("lock_hash") != new.get("lock_hash"):
+        out.append(f"lock {old.get('lock_hash')} -> {new.get('lock_hash')}")
+    return out
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -141,7 +141,7 @@ def test_outcomes_do_not_depend_on_the_condition_name(tmp_path: Path) -> None:
                 and c.task_id.startswith("rl-05"))
     a = run_cell(plan, cell, None)
     b = run_cell(plan, replace(cell, condition="alias-of-I5-effects"), None)
-    label_cols = [k for k in COLUMNS if k not in ("run_id", "condition", "wall_s", "trace_head")]
+    label_cols = [k for k in a if k not in ("run_id", "condition", "wall_s", "trace_head")]
     assert {k: a[k] for k in label_cols} == {k: b[k] for k in label_cols}
     assert a["duplicate_effects"] == 1
 

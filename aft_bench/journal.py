@@ -1,0 +1,111 @@
+"""The results journal: append-only JSON Lines, one checksummed line per finished run, fsync'd before the
+run counts as done. `results.parquet` is compacted from it atomically; the journal is the truth.
+
+A torn last line (a crash mid-write) is detected by its checksum and cut off on the next open, so the
+run it belonged to is simply pending again; damage anywhere else is an error, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from aft_bench import crashpoints
+from aft_bench.canonical import canonical_json
+from aft_bench.errors import InputError
+
+
+def _line(row: dict[str, Any]) -> str:
+    body = canonical_json(row)
+    return canonical_json({"row": json.loads(body), "sha256": hashlib.sha256(body.encode()).hexdigest()}) + "\n"
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(text)
+        body = canonical_json(rec["row"])
+        if hashlib.sha256(body.encode()).hexdigest() != rec["sha256"]:
+            return None
+        return rec["row"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def read_rows(path: Path, repair: bool = False) -> list[dict[str, Any]]:
+    """Every verified row. A bad final line is a torn write: cut off if `repair`, else ignored."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    rows: list[dict[str, Any]] = []
+    good_bytes = 0
+    for i, line in enumerate(complete):
+        row = _parse(line.decode("utf-8", errors="replace"))
+        if row is None:
+            if i == len(complete) - 1 and not tail:
+                tail = line  # a last line that is complete but corrupt counts as torn too
+                break
+            raise InputError(path, f"line {i + 1}", line[:80].decode("utf-8", "replace"),
+                             "journal line is corrupt (not a torn tail): refusing to guess")
+        rows.append(row)
+        good_bytes += len(line) + 1
+    if tail and repair:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_bytes)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return rows
+
+
+class Journal:
+    """Append-only writer; one process (the runner's parent) writes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = read_rows(path, repair=True)
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def append(self, row: dict[str, Any]) -> None:
+        line = _line(row)
+        if crashpoints.armed("mid_row"):
+            self._fh.write(line[: len(line) // 2])
+            self._fh.flush()
+            crashpoints.hit("mid_row")
+            self._fh.write(line[len(line) // 2:])
+        else:
+            self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.rows.append(row)
+        crashpoints.hit("after_row")
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line durably (failures, sessions)."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(canonical_json(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last record of an append-only log
+    return out
+
+
+def ids(rows: Iterable[dict[str, Any]]) -> list[str]:
+    return [r["run_id"] for r in rows]
