@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test calibrate smoke bench clean
+.PHONY: reproduce test gate calibrate smoke bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ reproduce: $(STAMP)
 ## test: set up and run the test suite
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## gate: the CI regression gate: run configs/ci.toml, analyze, check configs/ci_expect.toml
+gate: $(STAMP)
+	rm -rf results/ci
+	$(BIN)/aft-bench run configs/ci.toml --out results/ci
+	$(BIN)/aft-bench analyze results/ci > /dev/null
+	$(BIN)/aft-bench check results/ci --expect configs/ci_expect.toml
 
 calibrate: $(STAMP)
 	$(BIN)/aft-bench calibrate

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,11 +49,28 @@ def _needed_columns(comps: tuple[Comparison, ...]) -> list[str]:
     return sorted(set(PAIR_KEYS) | {"run_id", "condition"} | {c.endpoint for c in comps})
 
 
-def load_results(directory: Path, comps: tuple[Comparison, ...]) -> pd.DataFrame:
+def current_lock(directory: Path) -> str | None:
+    """The lock hash the config of these results is frozen under now (None if not frozen)."""
+    mpath = directory / "manifest.json"
+    if not mpath.exists():
+        return None
+    config = Path(json.loads(mpath.read_text()).get("config_path", ""))
+    lock = config.with_name(f"{config.stem}.lock.json")
+    return json.loads(lock.read_text()).get("lock_hash") if config.name and lock.exists() else None
+
+
+def load_results(directory: Path, comps: tuple[Comparison, ...], include_stale: bool = False) -> pd.DataFrame:
     path = directory / "results.parquet"
     if not path.exists():
         raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
     df = pd.read_parquet(path)
+    lock = current_lock(directory)
+    if lock is not None and "lock_hash" in df.columns and not include_stale:
+        stale = df["lock_hash"].fillna("") != lock
+        if stale.any():
+            print(f"aft-bench: excluding {int(stale.sum())} rows made before the current evidence freeze "
+                  f"(--include-stale-lock to keep them)", file=sys.stderr)
+            df = df[~stale]
     missing = [c for c in _needed_columns(comps) if c not in df.columns]
     if missing:
         users = [c.id for c in comps if c.endpoint in missing] or [c.id for c in comps]
@@ -105,10 +123,11 @@ def _none(x: Any) -> Any:
     return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Comparison, ...] | None = None) -> dict:
+def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Comparison, ...] | None = None,
+            include_stale: bool = False) -> dict:
     """Compute every table; returns them as plain data (also written to DIR/analysis/)."""
     comps = comparisons or load_comparisons()
-    df = load_results(directory, comps)
+    df = load_results(directory, comps, include_stale)
     all_pairs = []
     primary, secondary, per_model, lomo = [], [], [], []
     for comp in comps:

@@ -106,23 +106,25 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.config import load_plan
+    from aft_bench.progress import progress_for
     from aft_bench.runner import run_plan
 
     plan = load_plan(args.config, _worlds_dir(args.worlds))
+    if args.workers < 1:
+        raise InputError("--workers", "--workers", args.workers, "must be at least 1")
     out = Path(args.out)
-    progress = None
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        def progress(cells):  # type: ignore[no-redef]
-            return tqdm(cells, unit="run", desc=plan.experiment.id, total=len(plan.cells))
     t0 = time.perf_counter()
-    rows = run_plan(plan, out, progress, workers=args.workers)
+    rows = run_plan(plan, out, progress_for(plan.experiment.id), workers=args.workers)
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
-    print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / wall:.0f} runs/s); "
+    missing = len(plan.cells) - len(rows)
+    print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / max(wall, 1e-9):.0f} runs/s); "
           f"faults fired in {sum(fired)}/{len(fired)} faulted runs")
     print(f"results: {out / 'results.parquet'}  traces: {out / 'traces'}  manifest: {out / 'manifest.json'}")
+    if missing:
+        print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
+              f"rerun the same command to resume", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -137,7 +139,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from aft_bench.analysis import Options, analyze, format_table3
 
     opts = Options(seed=args.seed, resamples=args.resamples, permutations=args.permutations, flip_unit=args.flip_unit)
-    tables = analyze(Path(args.dir), opts)
+    tables = analyze(Path(args.dir), opts, include_stale=args.include_stale_lock)
     print(format_table3(tables["primary"]))
     print(f"\nanalysis: {Path(args.dir) / 'analysis'}")
     return 0
@@ -148,6 +150,44 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     md, html_path = render(Path(args.dir))
     print(f"report: {md}\n        {html_path}")
+    return 0
+
+
+def cmd_freeze(args: argparse.Namespace) -> int:
+    from aft_bench.config import load_plan
+    from aft_bench.freeze import freeze
+
+    plan = load_plan(args.config, _worlds_dir(args.worlds))
+    path = freeze(plan)
+    print(f"frozen: {path} ({len(json.loads(path.read_text())['inputs'])} inputs)")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from aft_bench.audit import audit
+
+    checks = audit(Path(args.dir), Path(args.manuscript) if args.manuscript else None)
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        print(f"{'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}")
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from aft_bench.gate import check
+
+    results = check(Path(args.dir), Path(args.expect))
+    for r in results:
+        shown = "missing" if r.measured is None else f"{r.measured:.6g}"
+        print(f"{'PASS' if r.ok else 'FAIL'}  {r.bound:<44} measured {shown}")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        print(f"aft-bench: {len(failed)} mechanism bound(s) failed: " + "; ".join(r.bound for r in failed),
+              file=sys.stderr)
+        return 1
+    print(f"all {len(results)} bounds hold")
     return 0
 
 
@@ -188,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (default: min(2, cores)); results are identical for any count")
+    r.add_argument("--resume", action="store_true",
+                   help="continue a directory's matrix (also what a plain rerun into the same --out does)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
@@ -200,11 +242,28 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of task clusters")
     a.add_argument("--permutations", type=int, default=10_000, help="random sign flips")
     a.add_argument("--flip-unit", choices=["pair", "cluster"], default="pair")
+    a.add_argument("--include-stale-lock", action="store_true",
+                   help="keep rows made before the config's current evidence freeze")
     a.set_defaults(func=cmd_analyze)
 
     rp = sub.add_parser("report", help="Markdown + HTML report with figures from DIR/analysis")
     rp.add_argument("dir")
     rp.set_defaults(func=cmd_report)
+
+    fz = sub.add_parser("freeze", help="write CONFIG's evidence-freeze lock file (hashes of every input)")
+    fz.add_argument("config")
+    fz.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    fz.set_defaults(func=cmd_freeze)
+
+    au = sub.add_parser("audit", help="release checks over a results directory; exit 1 on any failure")
+    au.add_argument("dir")
+    au.add_argument("--manuscript", help="markdown whose [n](aft:table/comparison/field) numbers are checked")
+    au.set_defaults(func=cmd_audit)
+
+    ck = sub.add_parser("check", help="CI gate: bounds on mechanism effects; exit 1 when one fails")
+    ck.add_argument("dir")
+    ck.add_argument("--expect", required=True)
+    ck.set_defaults(func=cmd_check)
 
     ls = sub.add_parser("list", help="list comparisons, conditions, workloads, worlds or faults")
     ls.add_argument("what", choices=["comparisons", "conditions", "workloads", "worlds", "faults"])

@@ -16,6 +16,7 @@ from aft_bench.manifest import read_toml, validate
 from aft_bench.workloads import Workload, WorkloadSet, load_workloads
 
 CONTROLLERS = ("deterministic",)
+MAX_CELLS = 2_000_000
 
 
 class Experiment(BaseModel):
@@ -37,9 +38,9 @@ class Experiment(BaseModel):
     workloads: tuple[str, ...] = ()  # empty: every workload the comparisons name
     comparisons: tuple[str, ...] = ()  # adds each comparison's treatment and control on its workload
     conditions: tuple[str, ...] = ()  # run on every listed workload (e.g. the ladder)
-    seeds: tuple[int, ...] = Field(default=(0,), min_length=1)
+    seeds: tuple[int, ...] = Field(default=(0,), min_length=1, max_length=100_000)
     workload_seeds: dict[str, tuple[int, ...]] = Field(default_factory=dict)  # per-workload override
-    repetitions: int = Field(default=1, ge=1)
+    repetitions: int = Field(default=1, ge=1, le=10_000)
     controllers: tuple[Literal["deterministic"], ...] = ("deterministic",)
     models: tuple[str, ...] = ("none",)
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
@@ -129,6 +130,8 @@ def load_plan(path: str | Path, worlds_dir: Path) -> Plan:
         cells += _expand(exp, wl, conds, p)
     if not cells:
         raise InputError(p, "experiment", exp.id, "the config expands to no runs")
+    if len(cells) > MAX_CELLS:
+        raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
     return Plan(p, exp, workloads, conditions, tuple(chosen), tuple(cells), digest(exp.model_dump(mode="json")),
                 worlds_dir)
 

@@ -219,8 +219,11 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[Iterable[Any]], Iterable
     lock_hash = freeze.check(plan)
     current_inputs = freeze.inputs(plan)
     with RunDirectory(out) as rundir:
-        manifest_data = rundir.admit(plan, current_inputs, lock_hash)
-        journal = Journal(out / "journal.jsonl")
+        try:
+            manifest_data = rundir.admit(plan, current_inputs, lock_hash)
+            journal = Journal(out / "journal.jsonl")
+        except OSError as exc:
+            raise OutputError(out, exc) from None
         try:
             done = set(ids(journal.rows))
             pending = [i for i, c in enumerate(plan.cells) if c.run_id not in done]
@@ -236,7 +239,8 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[Iterable[Any]], Iterable
 
                 ctx = mp.get_context("fork")
                 with ctx.Pool(workers, _init_worker, (str(plan.path), str(plan.worlds_dir), str(traces))) as pool:
-                    for _i, kind, data in wrap(pool.imap(_run_index, pending, chunksize=8)):
+                    results = pool.imap(_run_index, pending, chunksize=8)
+                    for _i, kind, data in wrap(_Sized(results, len(pending))):
                         _record(journal, out, kind, data, extra)
             else:
                 for i in wrap(pending):
@@ -246,15 +250,34 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[Iterable[Any]], Iterable
             journal.close()
         order = {c.run_id: i for i, c in enumerate(plan.cells)}
         rows = sorted(journal.rows, key=lambda r: order.get(r["run_id"], len(order)))
-        write_parquet(rows, out / "results.parquet")
+        try:
+            write_parquet(rows, out / "results.parquet")
+        except OSError as exc:
+            raise OutputError(out / "results.parquet", exc) from None
     return rows
 
 
+class _Sized:
+    """An iterator that knows its length (for progress display)."""
+
+    def __init__(self, it: Iterable[Any], n: int) -> None:
+        self._it, self._n = it, n
+
+    def __iter__(self) -> Any:
+        return iter(self._it)
+
+    def __len__(self) -> int:
+        return self._n
+
+
 def _record(journal: Journal, out: Path, kind: str, data: dict[str, Any], extra: dict[str, Any]) -> None:
-    if kind == "row":
-        journal.append({**data, **extra})
-    else:
-        append_record(out / "failures.jsonl", {**data, "session": extra["session"]})
+    try:
+        if kind == "row":
+            journal.append({**data, **extra})
+        else:
+            append_record(out / "failures.jsonl", {**data, "session": extra["session"]})
+    except OSError as exc:
+        raise OutputError(out / ("journal.jsonl" if kind == "row" else "failures.jsonl"), exc) from None
 
 
 class RunDirectory:

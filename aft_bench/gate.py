@@ -1,0 +1,63 @@
+"""`aft-bench check DIR --expect FILE`: the CI regression gate over mechanism effects.
+
+The expectations file lists bounds such as `"resume_recovery.utility_diff >= 0.9"` or
+`"duplicate_effects.ci_low > 0"` over the comparisons of `DIR/analysis/` (primary and secondary).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from aft_bench.errors import InputError
+from aft_bench.manifest import read_toml, validate
+
+OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+BOUND = re.compile(r"^\s*([a-z_]+)\.([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9.]+(?:e-?[0-9]+)?)\s*$")
+
+
+class Expectations(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    bounds: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("bounds")
+    @classmethod
+    def _parse(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for b in v:
+            if not BOUND.match(b):
+                raise ValueError(f"not a bound of the form 'comparison.field >= number': {b!r}")
+        return v
+
+
+@dataclass(frozen=True)
+class Result:
+    bound: str
+    measured: float | None
+    ok: bool
+
+
+def check(directory: Path, expect: Path) -> list[Result]:
+    bounds = validate(Expectations, read_toml(expect), expect).bounds
+    analysis = directory / "analysis"
+    if not (analysis / "primary.json").exists():
+        raise InputError(analysis, "<dir>", str(analysis), "no analysis here (run `aft-bench analyze` first)")
+    rows = {r["comparison"]: r for name in ("primary", "secondary")
+            for r in json.loads((analysis / f"{name}.json").read_text())}
+    out = []
+    for i, b in enumerate(bounds):
+        m = BOUND.match(b)
+        assert m is not None
+        comp, field, op, value = m.groups()
+        if comp not in rows:
+            raise InputError(expect, f"bounds.{i}", b, f"unknown comparison '{comp}'")
+        if field not in rows[comp]:
+            raise InputError(expect, f"bounds.{i}", b, f"unknown field '{field}'")
+        measured = rows[comp][field]
+        ok = measured is not None and OPS[op](float(measured), float(value))
+        out.append(Result(b, None if measured is None else float(measured), ok))
+    return out
