@@ -236,12 +236,19 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[Iterable[Any]], Iterable
             wrap = progress or (lambda it: it)
             if workers > 1 and len(pending) > 1:
                 import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+                from concurrent.futures.process import BrokenProcessPool
 
-                ctx = mp.get_context("fork")
-                with ctx.Pool(workers, _init_worker, (str(plan.path), str(plan.worlds_dir), str(traces))) as pool:
-                    results = pool.imap(_run_index, pending, chunksize=8)
-                    for _i, kind, data in wrap(_Sized(results, len(pending))):
-                        _record(journal, out, kind, data, extra)
+                with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                                         initargs=(str(plan.path), str(plan.worlds_dir), str(traces))) as pool:
+                    results = pool.map(_run_index, pending, chunksize=8)
+                    try:
+                        for _i, kind, data in wrap(_Sized(results, len(pending))):
+                            _record(journal, out, kind, data, extra)
+                    except BrokenProcessPool:
+                        append_record(out / "failures.jsonl", {"run_id": None, "session": session,
+                                                               "error": "BrokenProcessPool",
+                                                               "message": "a worker process died"})
             else:
                 for i in wrap(pending):
                     kind, data = _attempt(plan, i, traces)
