@@ -67,11 +67,25 @@ def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adj
     return pd.DataFrame(out)
 
 
-def _figure2(primary: list[dict[str, Any]], path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path, title: str) -> None:
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _figure2(primary: list[dict[str, Any]], path: Path) -> bool:
+    plt = _pyplot()
 
     rows = [r for r in primary if r["pairs"]]
     if not rows:
@@ -89,10 +103,7 @@ def _figure2(primary: list[dict[str, Any]], path: Path) -> bool:
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel(label)
         ax.invert_yaxis()
-    fig.suptitle("Pooled primary mechanism effects (95% task-clustered CI; positive favours the treatment)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, "Pooled primary mechanism effects (95% task-clustered CI; positive favours the treatment)")
     return True
 
 
@@ -101,10 +112,7 @@ def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
     backend: the persistent-backend replication beside the in-memory one."""
     if "sqlite" not in set(results.get("backend", pd.Series(dtype=str))):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     dup = results[results["workload"] == "response_loss"].groupby(["condition", "backend"])["duplicate_effects"].sum()
     unsafe = results[results["workload"] == "stale_drift"].groupby(["condition", "backend"])["unsafe_commits"].sum()
@@ -120,14 +128,12 @@ def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
                            (axes[1], "unsafe_commits", "unsafe commits (stale state, drift)")):
         for j, b in enumerate(backends):
             vals = table[table["backend"] == b].set_index("condition")[col]
-            ax.bar([i + j * width for i in range(len(conds))], [0 if pd.isna(vals.get(c)) else vals.get(c) for c in conds], width, label=b)
+            heights = [0 if pd.isna(vals.get(c)) else vals.get(c) for c in conds]
+            ax.bar([i + j * width for i in range(len(conds))], heights, width, label=b)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(conds))], conds, rotation=20, ha="right")
         ax.set_title(title)
         ax.legend()
-    fig.suptitle("Persistent-backend safety replication: SQLite beside in-memory")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, "Persistent-backend safety replication: SQLite beside in-memory")
     return table
 
 
@@ -135,10 +141,7 @@ def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
     models = sorted({r["model"] for r in per_model})
     if len(models) < 2:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     comps = list(dict.fromkeys(r["comparison"] for r in per_model if r["comparison"] != "discovery_context"))
     fig, ax = plt.subplots(figsize=(9, 3.8))
@@ -149,10 +152,7 @@ def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(comps))], comps, rotation=20, ha="right")
     ax.set_ylabel("utility difference")
     ax.legend()
-    ax.set_title("Model-specific effects")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, "Model-specific effects")
     return True
 
 
