@@ -15,7 +15,6 @@ from aft_bench.errors import FieldProblem, InputError
 from aft_bench.manifest import read_toml, validate
 from aft_bench.workloads import Workload, WorkloadSet, load_workloads
 
-CONTROLLERS = ("deterministic",)
 MAX_CELLS = 2_000_000
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aft_bench.canonical import canonical_json, digest
+from aft_bench.canonical import digest
 from aft_bench.catalog import VOCAB_PATH
 from aft_bench.config import Plan
 from aft_bench.errors import InputError
@@ -70,10 +70,3 @@ def check(plan: Plan) -> str | None:
         raise InputError(path, "frozen inputs", shown, "changed since the evidence freeze "
                          "(re-freeze deliberately with `aft-bench freeze`, or restore them)")
     return str(lock["lock_hash"])
-
-
-def lock_hash_of(current: dict[str, str]) -> str:
-    return digest(current)
-
-
-__all__ = ["canonical_json", "check", "freeze", "inputs", "lock_path"]

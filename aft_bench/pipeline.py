@@ -84,47 +84,33 @@ class Invocation:
                    d["commit_status"])
 
 
-class SqliteInvocations(MutableMapping[str, Invocation]):
-    """Durable invocation state in the run's SQLite file (the `invocations` table)."""
+class StoredInvocations(MutableMapping[str, Invocation]):
+    """Durable invocation state kept by a store that offers durable_get/put/keys (the SQLite file)."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self._last: dict[str, str] = {}
 
-    def _table(self) -> Any:
-        return self.store.t["invocations"]
-
     def __getitem__(self, inv: str) -> Invocation:
-        from sqlalchemy import select
-
-        tb = self._table()
-        row = self.store.conn.execute(select(tb.c.data).where(tb.c.inv == inv)).first()
-        if row is None:
+        data = self.store.durable_get(inv)
+        if data is None:
             raise KeyError(inv)
-        return Invocation.from_json(row.data)
+        return Invocation.from_json(data)
 
     def __setitem__(self, inv: str, value: Invocation) -> None:
-        from sqlalchemy.dialects.sqlite import insert
-
         data = value.to_json()
-        if self._last.get(inv) == data:
-            return  # unchanged since the last durable write
-        stmt = insert(self._table()).values(inv=inv, data=data)
-        with self.store.transaction():
-            self.store.conn.execute(stmt.on_conflict_do_update(index_elements=["inv"], set_={"data": data}))
-        self._last[inv] = data
+        if self._last.get(inv) != data:  # skip a durable write when nothing changed since the last one
+            self.store.durable_put(inv, data)
+            self._last[inv] = data
 
     def __delitem__(self, inv: str) -> None:
         raise TypeError("durable invocation state is never deleted during a run")
 
     def __iter__(self) -> Iterator[str]:
-        from sqlalchemy import select
-
-        tb = self._table()
-        return iter([r.inv for r in self.store.conn.execute(select(tb.c.inv).order_by(tb.c.inv))])
+        return iter(self.store.durable_keys())
 
     def __len__(self) -> int:
-        return len(list(iter(self)))
+        return len(self.store.durable_keys())
 
 
 @dataclass
@@ -154,7 +140,7 @@ class Pipeline:
         self.trace = trace
         self.injector = injector
         store = backend.store
-        durable: MutableMapping[str, Invocation] = SqliteInvocations(store) if hasattr(store, "conn") else {}
+        durable: MutableMapping[str, Invocation] = StoredInvocations(store) if hasattr(store, "durable_put") else {}
         self.runtime = Runtime(durable_state=durable_state, durable=durable)
         self._n_inv = 0
         self._n_req = 0

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -28,11 +27,6 @@ from aft_bench.tasks import Task
 from aft_bench.tokens import TOKENIZER_MODEL
 from aft_bench.trace import Trace
 from aft_bench.workloads import world_for
-
-
-@dataclass(frozen=True)
-class CellRun:
-    row: dict[str, Any]
 
 
 def _task(plan: Plan, cell: Cell) -> Task:

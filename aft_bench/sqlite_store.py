@@ -290,6 +290,23 @@ class SqliteStore:
     def snapshot_text(self) -> str:
         return canonical_json(self.view())
 
+    # -- durable invocation state (opaque JSON documents the runtime owns) ----------------------
+    def durable_get(self, inv: str) -> str | None:
+        tb = self.t["invocations"]
+        row = self._c().execute(select(tb.c.data).where(tb.c.inv == inv)).first()
+        return None if row is None else str(row.data)
+
+    def durable_put(self, inv: str, data: str) -> None:
+        from sqlalchemy.dialects.sqlite import insert
+
+        stmt = insert(self.t["invocations"]).values(inv=inv, data=data)
+        with self.transaction():
+            self._c().execute(stmt.on_conflict_do_update(index_elements=["inv"], set_={"data": data}))
+
+    def durable_keys(self) -> list[str]:
+        tb = self.t["invocations"]
+        return [r.inv for r in self._c().execute(select(tb.c.inv).order_by(tb.c.inv))]
+
     # -- labels straight from SQL, to cross-check the trace ------------------------------------
     def sql_counts(self) -> dict[str, int]:
         """Committed effects, duplicate commits (re-realized effect parts) and unauthorized commits, by SQL."""
