@@ -53,6 +53,7 @@ class State:
     task_id: str
     plan: tuple[PlanStep, ...]
     schemas: Mapping[str, Mapping[str, Any]]  # callable tool -> its schema (what the agent has seen)
+    business: frozenset[str] = frozenset()  # the surface's tools that act on the world (not lifecycle/discovery)
     recovering: bool = False
     handles: tuple[Mapping[str, Any], ...] = ()
     listed: bool = False
@@ -67,7 +68,8 @@ class State:
 
 def init(task: Task, surface: list[ToolSpec], recovering: bool = False) -> State:
     """Fresh controller state from the task and the tool surface it is shown."""
-    return State(task.id, task.plan, {t.name: t.schema() for t in surface}, recovering=recovering)
+    return State(task.id, task.plan, {t.name: t.schema() for t in surface},
+                 frozenset(t.name for t in surface if t.role == "business"), recovering=recovering)
 
 
 # -- reading observations (structured dicts or text) ------------------------------------------
@@ -126,15 +128,10 @@ def _locate(s: State) -> tuple[State, Action]:
     if step.call is None:  # find the capability first
         if _has(s, "search_tools"):
             return replace(s, phase="searched"), Call("search_tools", {"query": step.find})
-        business = tuple(n for n, sc in s.schemas.items() if _is_business(n))
+        business = tuple(n for n in s.schemas if n in s.business)
         docs = tuple(f"{n} {s.schemas[n].get('description', '')}" for n in business)
         s = replace(s, op=rank(step.find or "", business, docs, 1)[0] if business else None)
     return _ensure_loaded(s)
-
-
-def _is_business(name: str) -> bool:
-    return name not in {"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
-                        "search_tools", "describe_tool"}
 
 
 def _searched(s: State, obs: Observation | None) -> tuple[State, Action]:

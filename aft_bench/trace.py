@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from aft_bench.canonical import canonical_json, digest
+from aft_bench.canonical import canonical_json
 from aft_bench.errors import TraceIntegrityError
 
 GENESIS = "0" * 64
@@ -33,13 +33,18 @@ class Event:
         return {"seq": self.seq, "kind": self.kind, "data": dict(self.data), "prev": self.prev, "hash": self.hash}
 
 
-def _event_hash(seq: int, kind: str, data: Any, prev: str) -> str:
-    return digest({"seq": seq, "kind": kind, "data": data, "prev": prev})
-
-
 def _body(seq: int, kind: str, data_json: str, prev: str) -> str:
     """canonical_json({"data", "kind", "prev", "seq"}) built from already-canonical data (sorted keys)."""
     return f'{{"data":{data_json},"kind":{canonical_json(kind)},"prev":"{prev}","seq":{seq}}}'
+
+
+def _hash(seq: int, kind: str, data_json: str, prev: str) -> str:
+    """The hash an event must carry: sha256 of its canonical body (the one definition append and verify share)."""
+    return hashlib.sha256(_body(seq, kind, data_json, prev).encode("utf-8")).hexdigest()
+
+
+def _event_hash(seq: int, kind: str, data: Any, prev: str) -> str:
+    return _hash(seq, kind, canonical_json(data), prev)
 
 
 class Trace:
@@ -69,7 +74,7 @@ class Trace:
             raise TraceIntegrityError("append to a sealed trace")
         data_json = canonical_json(data)
         seq, prev = len(self._events), self.head
-        digest_ = hashlib.sha256(_body(seq, kind, data_json, prev).encode("utf-8")).hexdigest()
+        digest_ = _hash(seq, kind, data_json, prev)
         # Data is stored as parsed from its canonical JSON: detached from the caller's objects, JSON-exact.
         ev = Event(seq, kind, MappingProxyType(json.loads(data_json)), prev, digest_)
         self._events.append(ev)

@@ -9,7 +9,6 @@ import pytest
 from aft_bench.errors import InputError
 from aft_bench.faults import FAULT_STAGES, FaultSchedule, FaultSpec, load_schedule, realize
 from aft_bench.run import RunResult, run_scripted
-from aft_bench.stages import Stage
 from aft_bench.trace import Event
 
 from conftest import WORLDS, steps, task_of

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aft_bench.calibration import load_cases, run_cases
+from aft_bench.calibration import run_cases
 from aft_bench.errors import HarnessError
 from aft_bench.faults import FaultSchedule, FaultSpec
 from aft_bench.labels import OUTCOMES, compute_labels
