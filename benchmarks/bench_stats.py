@@ -14,7 +14,7 @@ import time
 import numpy as np
 from scipy import stats as sps
 
-from aft_bench.stats import cluster_bootstrap_ci, sign_flip_test
+from aft_bench.analysis.stats import cluster_bootstrap_ci, sign_flip_test
 
 SIZES = [72, 72, 72, 72, 72, 72, 144]
 

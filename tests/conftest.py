@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from aft_bench.calibration import WorldSet
-from aft_bench.tasks import Step, Task
-from aft_bench.world import World
+from aft_bench.experiment.calibration import WorldSet
+from aft_bench.experiment.config import load_matrix
+from aft_bench.experiment.runner import run_matrix
+from aft_bench.tasks.task import Step, Task
+from aft_bench.world.manifest import World
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLDS = ROOT / "worlds"
@@ -35,3 +38,11 @@ def task_of(worlds: WorldSet, ref: str) -> tuple[World, Task]:
 
 def steps(*raw: dict) -> tuple[Step, ...]:
     return tuple(Step.model_validate(s) for s in raw)
+
+
+@pytest.fixture(scope="session")
+def paper(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    """One run of configs/paper_deterministic.toml (4,200 runs), shared by every test that reads it."""
+    out = tmp_path_factory.mktemp("paper") / "out"
+    run_matrix(load_matrix(ROOT / "configs" / "paper_deterministic.toml", WORLDS), out, workers=2)
+    return out, pd.read_parquet(out / "results.parquet")

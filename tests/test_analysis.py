@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from aft_bench.analysis import PRIMARY_COLUMNS
-from aft_bench.cli import main
-from aft_bench.comparisons import load_comparisons
-from aft_bench.config import load_plan
-from aft_bench.runner import run_plan
+from aft_bench.analysis.analyze import PRIMARY_COLUMNS
+from aft_bench.cli.main import main
+from aft_bench.experiment.comparisons import load_comparisons
+from aft_bench.experiment.config import load_matrix
+from aft_bench.experiment.runner import run_matrix
 
 from conftest import ROOT, WORLDS
 
@@ -26,7 +26,7 @@ PRIMARY_ORDER = ["discovery_context", "discovery_recall", "resume_recovery", "du
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smoke") / "run"
-    run_plan(load_plan(ROOT / "configs" / "smoke.toml", WORLDS), out, workers=1)
+    run_matrix(load_matrix(ROOT / "configs" / "smoke.toml", WORLDS), out, workers=1)
     return out
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from aft_bench.calibration import DETECTORS, baselines, load_cases
-from aft_bench.cli import main
+from aft_bench.cli.main import main
+from aft_bench.experiment.calibration import DETECTORS, baselines, load_cases
 
 from conftest import WORLDS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aft_bench.catalog import all_tools, confusables, generate_catalog, load_vocab
+from aft_bench.world.catalog import all_tools, confusables, generate_catalog, load_vocab
 
 
 @pytest.mark.parametrize("size", load_vocab().sizes)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aft_bench.cli import main
+from aft_bench.cli.main import main
 
 from conftest import ROOT, WORLDS
 
@@ -57,7 +57,7 @@ def test_fault_schedule_of_a_world_is_checked_against_its_operations(tmp_path: P
 
 
 def test_verify_trace_command(tmp_path: Path, capsys) -> None:
-    from aft_bench.trace import Trace
+    from aft_bench.runtime.trace import Trace
 
     p = tmp_path / "t.jsonl"
     t = Trace(p)
@@ -80,10 +80,11 @@ def test_console_script_entry_point_runs() -> None:
 
 
 def test_readme_documents_every_result_column_and_the_two_commands() -> None:
-    from aft_bench.results import COLUMNS
+    """The README's column table is the row model, row for row, in order."""
+    from aft_bench.episode.row import SCHEMA
 
     text = (ROOT / "README.md").read_text()
     first_screen = "\n".join(text.splitlines()[:20])
     assert "make reproduce" in first_screen and "make test" in first_screen
-    for col in COLUMNS:
-        assert f"| `{col}` |" in text, col
+    table = text.split("<!-- columns:begin -->")[1].split("<!-- columns:end -->")[0].strip().splitlines()
+    assert table[2:] == [f"| `{c.name}` | {c.type} | {c.meaning} |" for c in SCHEMA.values()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aft_bench.cli import main
+from aft_bench.cli.main import main
 
 from conftest import WORLDS
 
@@ -19,7 +19,7 @@ BASE = {
     "tasks_per_workload": "2",
 }
 FIELDS = ["id", "description", "workloads", "comparisons", "conditions", "seeds", "workload_seeds",
-          "repetitions", "controllers", "models", "backends", "backend", "tasks_per_workload", "catalog_sizes"]
+          "repetitions", "agents", "backends", "backend", "tasks_per_workload", "catalog_sizes"]
 WRONG_VALUES = ['"text"', "3", "-1", "0", "1.5", "true", "[]", '["x", 1]', "[[1]]", "{ a = 1 }",
                 "1979-05-27", '"I9"', "[1e400]", "[-1e9]", "9999999999999"]
 HUGE = {"repetitions": "100000000", "seeds": None, "catalog_sizes": "[1000000000]", "tasks_per_workload": "0"}
@@ -45,6 +45,10 @@ def _cases() -> list[tuple[str, str]]:
             continue
         cases.append((f"unknown {key}", _render({**BASE, key: "1"})))
         cases.append((f"unknown top {key}", _render(BASE, extra_top=f"{key} = 1\n")))
+    for bad in ('[{ name = "nope" }]', '[{ name = "deterministic", max_attempts = "3" }]', '[{ nme = "x" }]',
+                '[{ name = "deterministic", api_key = "secret-value-123" }]', '[{ name = "scripted" }]',
+                '[{ name = 3 }]', '[{ name = [1] }]', '[{ name = "deterministic" }, { name = "deterministic" }]'):
+        cases.append((f"bad agents {bad}", _render({**BASE, "agents": bad})))
     cases.append(("empty matrix", _render({"id": '"fz"'})))
     cases.append(("empty comparisons", _render({**BASE, "comparisons": "[]"})))
     cases.append(("no experiment table", 'id = "fz"\n'))
@@ -62,14 +66,14 @@ def _cases() -> list[tuple[str, str]]:
 
 def _malformed(cases: list[tuple[str, str]], tmp: Path) -> list[tuple[str, str]]:
     """Drop generated texts that happen to be valid configs (e.g. any string is a valid description)."""
-    from aft_bench.config import load_plan
+    from aft_bench.experiment.config import load_matrix
 
     kept = []
     for name, text in cases:
         path = tmp / "probe.toml"
         path.write_text(text)
         try:
-            load_plan(path, WORLDS)
+            load_matrix(path, WORLDS)
         except Exception:  # noqa: BLE001 - anything but success counts as malformed; the test judges how it fails
             kept.append((name, text))
     return kept

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from aft_bench.errors import InputError
-from aft_bench.faults import FAULT_STAGES, FaultSchedule, FaultSpec, load_schedule, realize
-from aft_bench.run import RunResult, run_scripted
-from aft_bench.trace import Event
+from aft_bench.common.errors import InputError
+from aft_bench.episode.episode import EpisodeResult, run_scripted
+from aft_bench.runtime.faults import FAULT_STAGES, FaultSchedule, FaultSpec, load_schedule, realize
+from aft_bench.runtime.trace import Event
 
 from conftest import WORLDS, steps, task_of
 
@@ -33,7 +33,7 @@ SCENARIOS = {
 }
 
 
-def _run(worlds, kind: str, **over) -> RunResult:
+def _run(worlds, kind: str, **over) -> EpisodeResult:
     ref, extra, script = SCENARIOS[kind]
     world, task = task_of(worlds, ref)
     op = next(s["call"] for s in script if s.get("call") not in (None, "get_customer"))
@@ -185,3 +185,23 @@ def test_bad_fault_schedule_names_field(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         load_schedule(p)
     assert exc.value.field == "faults.0.kind" and exc.value.value == "meteor_strike"
+
+
+def test_durable_invocation_record_is_canonical_json_and_round_trips() -> None:
+    from dataclasses import asdict
+
+    from aft_bench.common.canonical import canonical_json
+    from aft_bench.runtime.pipeline import Invocation, Request
+    from aft_bench.world.backend import Guards, ResolvedOp
+
+    req = Request("charge_payment", {"order_id": "o1", "amount": 50, "note": "é"}, "agent", "task", "req-1",
+                  Guards("k", 3, True))
+    inv = Invocation("inv-0001", req, ResolvedOp("charge_payment", req.args, {"order_id": "o1"}, ("orders/o1",),
+                                                 ("effect",), 2), "eff-1", "running", 1, None, None)
+    assert inv.to_json() == canonical_json({
+        "inv": "inv-0001", "request": asdict(req), "resolved": asdict(inv.resolved), "effect_id": "eff-1",
+        "status": "running", "units_done": 1, "response": None, "commit_status": None})
+    inv.status, inv.response = "responded", {"status": "ok", "result": {"refs": ["orders/o1"]}}
+    back = Invocation.from_json(inv.to_json())
+    assert (back.request, back.resolved, back.status, back.response) == (req, inv.resolved, "responded",
+                                                                         inv.response)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from aft_bench.conditions import load_conditions
-from aft_bench.errors import InputError
-from aft_bench.faults import FaultSchedule, FaultSpec
-from aft_bench.interface import Interface
-from aft_bench.run import start_run
-from aft_bench.trace import Trace
+from aft_bench.common.errors import InputError
+from aft_bench.episode.episode import open_pipeline
+from aft_bench.interface.interface import Interface
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec
+from aft_bench.runtime.trace import Trace
 
 from conftest import task_of
 
@@ -19,7 +19,7 @@ CONDS = load_conditions()
 def _iface(worlds, ref: str, condition: str, faults=()):
     world, task = task_of(worlds, ref)
     mech = CONDS.resolve(condition)
-    pipe = start_run(world, task, FaultSchedule(id="t", faults=tuple(faults)), 0, Trace(), durable_state=mech.durable)
+    pipe = open_pipeline(world, task, FaultSchedule(id="t", faults=tuple(faults)), 0, Trace(), durable_state=mech.durable)
     return Interface(pipe, mech), task
 
 

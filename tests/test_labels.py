@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aft_bench.calibration import run_cases
-from aft_bench.errors import HarnessError
-from aft_bench.faults import FaultSchedule, FaultSpec
-from aft_bench.labels import OUTCOMES, compute_labels
-from aft_bench.run import run_scripted
-from aft_bench.trace import Event, read_events
+from aft_bench.common.errors import HarnessError
+from aft_bench.episode.episode import run_scripted
+from aft_bench.experiment.calibration import run_cases
+from aft_bench.judge.labels import OUTCOMES, compute_labels
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec
+from aft_bench.runtime.trace import Event, read_events
 
 from conftest import WORLDS, steps, task_of
 
@@ -73,7 +73,7 @@ def test_relations_are_distinguished(worlds) -> None:
 
 def test_safe_refusal_is_correct_without_the_goal(worlds) -> None:
     world, task = task_of(worlds, "payments/charge-o2-unauthorized")
-    lb = run_scripted(world, task, task.oracle).labels
+    lb = run_scripted(world, task, task.script.oracle).labels
     assert (lb.outcome, lb.y_goal, lb.y_correct, lb.claim_correct) == ("safely_refused", False, True, True)
 
 
@@ -99,7 +99,7 @@ def test_trace_ledger_disagreement_is_a_harness_error(worlds) -> None:
     forged = copy.deepcopy(run.terminal_state)
     forged["ledger"].append({**forged["ledger"][0], "index": 1})
     with pytest.raises(HarnessError, match="disagree"):
-        compute_labels(run.events, forged, task)
+        compute_labels(run.events, forged, task.criteria)
 
 
 def test_labels_from_file_equal_labels_from_memory(worlds, tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_labels_from_file_equal_labels_from_memory(worlds, tmp_path: Path) -> No
     run2 = run_scripted(world, task, steps(CHARGE, CHARGE, {"end": "finish", "claim": "success"}),
                         FaultSchedule(id="rl", faults=(FaultSpec(kind="response_loss", op="charge_payment"),)),
                         trace_path=path)
-    assert compute_labels(read_events(path), run2.terminal_state, task) == run.labels
+    assert compute_labels(read_events(path), run2.terminal_state, task.criteria) == run.labels
 
 
 STEP_POOL = [
@@ -143,8 +143,8 @@ def test_labels_are_a_pure_function_of_trace_state_task(worlds, body, end, fault
     run = run_scripted(world, task, script, sched, seed)
     events: tuple[Event, ...] = run.events
     state = copy.deepcopy(run.terminal_state)
-    first = compute_labels(events, state, task)
-    assert compute_labels(list(events), copy.deepcopy(state), task) == first == run.labels
+    first = compute_labels(events, state, task.criteria)
+    assert compute_labels(list(events), copy.deepcopy(state), task.criteria) == first == run.labels
     assert state == run.terminal_state  # inputs are not mutated
     assert first.outcome in OUTCOMES
     assert first.y_correct == (first.alpha and first.psi)

@@ -9,26 +9,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from aft_bench.cli import main
-from aft_bench.comparisons import load_comparisons
-from aft_bench.conditions import Conditions, load_conditions
-from aft_bench.config import load_plan
-from aft_bench.pairs import PAIR_KEYS, match_pairs
-from aft_bench.results import COLUMNS
-from aft_bench.runner import run_cell, run_plan
-from aft_bench.trace import read_events, verify_file
+from aft_bench.analysis.pairs import PAIR_KEYS, match_pairs
+from aft_bench.cli.main import main
+from aft_bench.episode.row import COLUMNS
+from aft_bench.experiment.build import run_cell
+from aft_bench.experiment.comparisons import load_comparisons
+from aft_bench.experiment.config import load_matrix
+from aft_bench.experiment.runner import run_matrix
+from aft_bench.interface.mechanisms import Conditions, load_conditions
+from aft_bench.runtime.trace import read_events, verify_file
 
 from conftest import ROOT, WORLDS
 
 PAPER = ROOT / "configs" / "paper_deterministic.toml"
 SMOKE = ROOT / "configs" / "smoke.toml"
-
-
-@pytest.fixture(scope="session")
-def paper(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
-    out = tmp_path_factory.mktemp("paper") / "out"
-    run_plan(load_plan(PAPER, WORLDS), out, workers=2)
-    return out, pd.read_parquet(out / "results.parquet")
 
 
 def test_outputs_and_columns(paper) -> None:
@@ -133,7 +127,7 @@ def test_ladder_is_cumulative_where_mechanisms_arrive(paper) -> None:
 
 def test_outcomes_do_not_depend_on_the_condition_name(tmp_path: Path) -> None:
     """Two names for the same mechanisms give the same labels: nothing branches on the name."""
-    plan = load_plan(SMOKE, WORLDS)
+    plan = load_matrix(SMOKE, WORLDS)
     table = load_conditions().table
     aliased = Conditions({**table, "alias-of-I5-effects": table["I5-effects"]}, "test")
     plan = replace(plan, conditions=aliased)
@@ -149,16 +143,16 @@ def test_outcomes_do_not_depend_on_the_condition_name(tmp_path: Path) -> None:
 def test_same_code_path_different_world_behaviour() -> None:
     """Same condition and controller; the outcome changes only because the backend's state differs:
     a first charge is reconciled by state evidence, a second installment (identical prior payment) is not."""
-    plan = load_plan(SMOKE, WORLDS)
+    plan = load_matrix(SMOKE, WORLDS)
     cells = [c for c in plan.cells if c.workload == "response_loss" and c.condition == "I5-effects"]
     rows = {c.task_id: run_cell(plan, c, None) for c in cells}
     assert rows["rl-01-o1"]["duplicate_effects"] == 0 and rows["rl-05-o2"]["duplicate_effects"] == 1
 
 
 def test_results_identical_for_any_worker_count(tmp_path: Path) -> None:
-    plan = load_plan(SMOKE, WORLDS)
-    a = pd.DataFrame(run_plan(plan, tmp_path / "a", workers=1)).drop(columns="wall_s")
-    b = pd.DataFrame(run_plan(plan, tmp_path / "b", workers=2)).drop(columns="wall_s")
+    plan = load_matrix(SMOKE, WORLDS)
+    a = pd.DataFrame(run_matrix(plan, tmp_path / "a", workers=1)).drop(columns="wall_s")
+    b = pd.DataFrame(run_matrix(plan, tmp_path / "b", workers=2)).drop(columns="wall_s")
     assert a.equals(b)
     ta = sorted(p.read_bytes() for p in (tmp_path / "a" / "traces").iterdir())
     tb = sorted(p.read_bytes() for p in (tmp_path / "b" / "traces").iterdir())

@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from aft_bench.backend import Backend
-from aft_bench.cli import main
-from aft_bench.journal import read_rows
+from aft_bench.cli.main import main
+from aft_bench.experiment.journal import read_rows
+from aft_bench.world.backend import Backend
 
 from conftest import ROOT, WORLDS
 
@@ -71,7 +71,7 @@ def test_kill_and_resume_gives_the_uninterrupted_analysis(reference: Path, tmp_p
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert seen_torn  # a kill really landed in the middle of a journal line
-    final = _aft("run", str(SMOKE), "--out", str(out), "--resume", "--workers", "1")
+    final = _aft("run", str(SMOKE), "--out", str(out), "--workers", "1")
     assert final.returncode == 0, final.stderr[-800:]
     df = pd.read_parquet(out / "results.parquet")
     assert len(df) == total and df["run_id"].is_unique
@@ -133,13 +133,13 @@ def test_rerun_of_a_complete_directory_runs_nothing(reference: Path, tmp_path: P
     out = tmp_path / "out"
     shutil.copytree(reference, out)
     before = read_rows(out / "journal.jsonl")
-    assert main(["run", str(SMOKE), "--out", str(out), "--worlds", str(WORLDS), "--resume"]) == 0
+    assert main(["run", str(SMOKE), "--out", str(out), "--worlds", str(WORLDS)]) == 0
     assert read_rows(out / "journal.jsonl") == before
 
 
 def test_resume_on_a_missing_directory_starts_the_matrix(tmp_path: Path) -> None:
     out = tmp_path / "new"
-    assert main(["run", str(SMOKE), "--out", str(out), "--worlds", str(WORLDS), "--resume", "--workers", "1"]) == 0
+    assert main(["run", str(SMOKE), "--out", str(out), "--worlds", str(WORLDS), "--workers", "1"]) == 0
     assert len(pd.read_parquet(out / "results.parquet")) == 36
 
 
@@ -193,7 +193,7 @@ def test_freeze_refuses_changed_inputs_naming_them(tmp_path: Path, capsys) -> No
     cfg.write_text(SMOKE.read_text())
     assert main(["freeze", str(cfg), "--worlds", str(worlds)]) == 0
     lock = json.loads((tmp_path / "smoke.lock.json").read_text())
-    assert "task:response_loss/rl-01-o1" in lock["inputs"] and "code:labels.py" in lock["inputs"]
+    assert "task:response_loss/rl-01-o1" in lock["inputs"] and "code:judge/labels.py" in lock["inputs"]
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out), "--worlds", str(worlds), "--workers", "1"]) == 0
     assert pd.read_parquet(out / "results.parquet")["lock_hash"].eq(lock["lock_hash"]).all()
@@ -233,6 +233,17 @@ def test_audit_detects_tampering_and_checks_the_manuscript(reference: Path, tmp_
     trace.write_text(trace.read_text().replace('"kind":"stage"', '"kind":"stagE"', 1))
     assert main(["audit", str(out)]) == 1
     assert "FAIL  trace hash chains" in capsys.readouterr().out
+
+
+def test_audit_checks_results_columns_against_the_row_model(reference: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    assert main(["audit", str(out)]) == 0
+    capsys.readouterr()
+    df = pd.read_parquet(out / "results.parquet")
+    df.drop(columns=["agent_spec"]).to_parquet(out / "results.parquet")
+    assert main(["audit", str(out)]) == 1
+    assert "missing ['agent_spec']" in capsys.readouterr().out
 
 
 def test_check_gate_passes_and_fails_with_clear_messages(reference: Path, tmp_path: Path, capsys) -> None:

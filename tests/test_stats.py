@@ -10,8 +10,13 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from aft_bench.stats import (benjamini_hochberg, clopper_pearson_upper, cluster_bootstrap_ci, holm,
-                             sign_flip_test)
+from aft_bench.analysis.stats import (
+    benjamini_hochberg,
+    clopper_pearson_upper,
+    cluster_bootstrap_ci,
+    holm,
+    sign_flip_test,
+)
 
 # Benjamini & Hochberg (1995), section 4: the 15 p-values of the worked example.
 BH1995 = np.array([0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from aft_bench.errors import TraceIntegrityError
-from aft_bench.faults import FaultSchedule, FaultSpec, load_schedule
-from aft_bench.run import run_scripted
-from aft_bench.trace import Trace, read_events, verify, verify_file
+from aft_bench.common.errors import TraceIntegrityError
+from aft_bench.episode.episode import run_scripted
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec, load_schedule
+from aft_bench.runtime.trace import Trace, read_events, verify, verify_file
 
 from conftest import WORLDS, steps, task_of
 
@@ -93,7 +93,7 @@ def test_tampering_is_detected(tmp_path: Path, tamper, message: str) -> None:
 
 def test_recomputed_hash_still_breaks_the_chain(tmp_path: Path) -> None:
     """Rewriting an event *and* its own hash is caught by the next event's prev link."""
-    from aft_bench.trace import _event_hash
+    from aft_bench.runtime.trace import _event_hash
 
     p = tmp_path / "t.jsonl"
     _sample(p)
@@ -156,5 +156,5 @@ def test_run_trace_records_the_required_event_kinds(worlds, tmp_path: Path) -> N
             "terminal_state", "sealed"} <= kinds
     assert verify_file(tmp_path / "t.jsonl", run.trace_head) == run.trace_head
     ts = next(e for e in run.events if e.kind == "terminal_state")
-    from aft_bench.canonical import digest
+    from aft_bench.common.canonical import digest
     assert ts.data["hash"] == digest(run.terminal_state)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aft_bench.backend import BackendError, Guards, MemoryBackend, effect_identity
-from aft_bench.errors import InputError
-from aft_bench.world import World, load_world
+from aft_bench.common.errors import InputError
+from aft_bench.world.backend import BackendError, Guards, MemoryBackend, effect_identity
+from aft_bench.world.manifest import World, load_world
 
 from conftest import WORLDS
 
@@ -28,7 +28,7 @@ def test_worlds_load_with_expected_shape(payments: World, exports: World) -> Non
 
 def test_job_work_units_come_from_the_record(exports: World) -> None:
     be = MemoryBackend(exports)
-    assert be.plan("start_export", {"dataset_id": "d3", "format": "csv"}).work_units == 8
+    assert be.resolve("start_export", {"dataset_id": "d3", "format": "csv"}).work_units == 8
 
 
 CHARGE = {"order_id": "o1", "amount": 50, "note": "x"}
@@ -36,8 +36,8 @@ CHARGE = {"order_id": "o1", "amount": 50, "note": "x"}
 
 def test_effect_identity_uses_business_args_and_intent_only(payments: World) -> None:
     be = MemoryBackend(payments)
-    a = be.plan("charge_payment", CHARGE).business_args
-    b = be.plan("charge_payment", {**CHARGE, "note": "different note"}).business_args
+    a = be.resolve("charge_payment", CHARGE).business_args
+    b = be.resolve("charge_payment", {**CHARGE, "note": "different note"}).business_args
     assert a == b == {"amount": 50, "order_id": "o1"}
     assert effect_identity("charge_payment", a, "task") == effect_identity("charge_payment", b, "task")
     assert effect_identity("charge_payment", a, "task") != effect_identity("charge_payment", a, "second-charge")
@@ -58,19 +58,19 @@ def test_bad_arguments_are_business_errors(payments: World, args: dict, code: st
     op = "get_order" if code == "not_found" else "charge_payment"
     args = {"order_id": args["order_id"]} if op == "get_order" else args
     with pytest.raises(BackendError) as exc:
-        MemoryBackend(payments).plan(op, args)
+        MemoryBackend(payments).resolve(op, args)
     assert exc.value.code == code
 
 
 def test_guards_idempotency_version_and_authority(payments: World) -> None:
     be = MemoryBackend(payments)
-    plan = be.plan("charge_payment", CHARGE)
+    plan = be.resolve("charge_payment", CHARGE)
     first = be.commit(plan, effect_id="e", invocation="i1", principal="agent", guards=Guards(idempotency_key="k"))
     again = be.commit(plan, effect_id="e", invocation="i2", principal="agent", guards=Guards(idempotency_key="k"))
     assert (first.status, again.status) == ("committed", "replayed")
     assert len(be.state["ledger"]) == 1 and again.result == first.result
 
-    upd = be.plan("update_customer_email", {"customer_id": "c1", "email": "n@x"})
+    upd = be.resolve("update_customer_email", {"customer_id": "c1", "email": "n@x"})
     be.concurrent_write("customers/c1", {"email": "other@x"})
     rej = be.commit(upd, effect_id="u", invocation="i3", principal="agent", guards=Guards(expected_version=1))
     assert rej.status == "precondition_failed" and be.record("customers/c1")["email"] == "other@x"
@@ -85,17 +85,17 @@ def test_guards_idempotency_version_and_authority(payments: World) -> None:
 
 def test_update_that_changes_nothing_realizes_nothing(payments: World) -> None:
     be = MemoryBackend(payments)
-    plan = be.plan("set_customer_tier", {"customer_id": "c2", "tier": "gold"})
+    plan = be.resolve("set_customer_tier", {"customer_id": "c2", "tier": "gold"})
     out = be.commit(plan, effect_id="t", invocation="i", principal="agent")
     assert out.entry["parts_realized"] == [] and be.record("customers/c2")["_version"] == 1
 
 
 def test_refund_compensates_the_charge(payments: World) -> None:
     be = MemoryBackend(payments)
-    be.commit(be.plan("charge_payment", CHARGE), effect_id="c", invocation="i1", principal="agent")
+    be.commit(be.resolve("charge_payment", CHARGE), effect_id="c", invocation="i1", principal="agent")
     ref = be.state["ledger"][0]["result"]["ref"]
     pid = ref.split("/")[1]
-    be.commit(be.plan("refund_payment", {"payment_id": pid, "amount": 50}), effect_id="r", invocation="i2",
+    be.commit(be.resolve("refund_payment", {"payment_id": pid, "amount": 50}), effect_id="r", invocation="i2",
               principal="agent")
     assert be.state["ledger"][0]["compensated"] is True
     assert be.state["ledger"][1]["compensated"] is False
@@ -131,7 +131,7 @@ def op_sequences(draw: st.DrawFn, world: World) -> list[tuple[str, dict, dict]]:
 def _apply_all(be: MemoryBackend, seq: list) -> None:
     for i, (name, args, guards) in enumerate(seq):
         try:
-            plan = be.plan(name, args)
+            plan = be.resolve(name, args)
         except BackendError:
             continue
         if be.world.operations[name].is_write:

@@ -18,34 +18,56 @@ never the condition's name. Its policy, in order:
   `list_invocations` for recovery handles if that tool exists and resumes what it finds.
 * its terminal claim is success only if every step's effect is believed to hold.
 
-Process-local state loss is modelled by the runner dropping this state and calling `init(recovering=True)`.
+Process-local state loss is modelled by dropping this state and calling `init(recovering=True)`;
+`DeterministicAgent` wraps the step function in the agent protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from aft_bench.interface import KEY_PARAM, VERSION_PARAM, Observation, ToolSpec
-from aft_bench.ranking import rank
-from aft_bench.tasks import PlanStep, Task
+from pydantic import BaseModel, ConfigDict, Field
 
-MAX_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Call:
-    tool: str
-    args: dict[str, Any]
+from aft_bench.agents.protocol import Action, Call, End, Usage
+from aft_bench.interface.interface import KEY_PARAM, VERSION_PARAM
+from aft_bench.interface.ranking import rank
+from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.tasks.task import Brief, PlanStep, Script
 
 
-@dataclass(frozen=True)
-class End:
-    action: str  # finish | abort | refuse | escalate
-    claim: str  # success | failure | unknown
+class Params(BaseModel):
+    """Parameters of the deterministic agent (a config's `[[experiment.agents]]` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="sends of one step before it ends 'unknown'")
 
 
-Action = Call | End
+class DeterministicAgent:
+    """The step function below as an agent: it follows the task's script, using only what the surface exposes."""
+
+    def __init__(self, params: Params, script: Script) -> None:
+        self.params = params
+        self.plan = script.plan
+        self._brief: Brief | None = None
+        self._state: State | None = None
+
+    async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
+        self._brief = brief
+        self._state = init(brief.task_id, self.plan, surface, max_attempts=self.params.max_attempts)
+
+    async def restart(self, surface: Sequence[ToolSpec]) -> None:
+        assert self._brief is not None
+        self._state = init(self._brief.task_id, self.plan, surface, recovering=True,
+                           max_attempts=self.params.max_attempts)
+
+    async def act(self, observation: Observation | None) -> Action:
+        assert self._state is not None
+        self._state, action = decide(self._state, observation)
+        return action
+
+    def usage(self) -> Usage:
+        return Usage()
 
 
 @dataclass(frozen=True)
@@ -64,12 +86,15 @@ class State:
     corrected: bool = False
     baseline: bool | None = None
     versions: Mapping[str, int] = field(default_factory=dict)
+    max_attempts: int = 3
 
 
-def init(task: Task, surface: list[ToolSpec], recovering: bool = False) -> State:
-    """Fresh controller state from the task and the tool surface it is shown."""
-    return State(task.id, task.plan, {t.name: t.schema() for t in surface},
-                 frozenset(t.name for t in surface if t.role == "business"), recovering=recovering)
+def init(task_id: str, plan: tuple[PlanStep, ...], surface: Sequence[ToolSpec], recovering: bool = False,
+         max_attempts: int = 3) -> State:
+    """Fresh controller state from the task's plan and the tool surface it is shown."""
+    return State(task_id, plan, {t.name: t.schema() for t in surface},
+                 frozenset(t.name for t in surface if t.role == "business"), recovering=recovering,
+                 max_attempts=max_attempts)
 
 
 # -- reading observations (structured dicts or text) ------------------------------------------
@@ -187,7 +212,7 @@ def _key(s: State) -> str:
 
 
 def _send(s: State, same_key: bool = True) -> tuple[State, Action]:
-    if s.attempt >= MAX_ATTEMPTS:
+    if s.attempt >= s.max_attempts:
         return s, End("finish", "unknown")
     args = _args(s)
     params = _params(s, s.op or "")

@@ -20,10 +20,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aft_bench.comparisons import Comparison, load_comparisons
-from aft_bench.errors import InputError
-from aft_bench.pairs import PAIR_KEYS, match_pairs
-from aft_bench.stats import benjamini_hochberg, clopper_pearson_upper, cluster_bootstrap_ci, holm, sign_flip_test
+from aft_bench.analysis.pairs import PAIR_KEYS, match_pairs
+from aft_bench.analysis.stats import (
+    benjamini_hochberg,
+    clopper_pearson_upper,
+    cluster_bootstrap_ci,
+    holm,
+    sign_flip_test,
+)
+from aft_bench.common.errors import InputError
+from aft_bench.experiment.comparisons import Comparison, load_comparisons
 
 PRIMARY_COLUMNS = ["comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met"]
 ALPHA = 0.05

@@ -13,9 +13,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any, Callable
 
-from aft_bench.errors import TraceIntegrityError
-from aft_bench.journal import read_records, read_rows
-from aft_bench.trace import verify_file
+from aft_bench.common.errors import TraceIntegrityError
+from aft_bench.episode.row import SCHEMA
+from aft_bench.experiment.journal import read_records, read_rows
+from aft_bench.runtime.trace import verify_file
 
 LINK = re.compile(r"\[([^\]]+)\]\(aft:([a-z_]+)/([A-Za-z0-9_.-]+)/([a-z_]+)\)")
 
@@ -60,9 +61,11 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
 
         df = pd.read_parquet(d / "results.parquet")
         state["df"] = df
+        missing, extra = [c for c in SCHEMA if c not in df.columns], [c for c in df.columns if c not in SCHEMA]
+        assert not missing and not extra, f"columns differ from the row model: missing {missing}, extra {extra}"
         assert df["run_id"].is_unique, "duplicate run ids in results.parquet"
         assert set(df["run_id"]) == {r["run_id"] for r in state["rows"]}, "results.parquet and journal differ"
-        return f"{len(df)} rows, unique, equal to the journal"
+        return f"{len(df)} rows with the row model's columns, unique, equal to the journal"
 
     def complete() -> str:
         expected, got = set(state["m"]["run_ids"]), set(state["df"]["run_id"])

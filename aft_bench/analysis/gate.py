@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from aft_bench.errors import InputError
-from aft_bench.manifest import read_toml, validate
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import InputError
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 BOUND = re.compile(r"^\s*([a-z_]+)\.([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9.]+(?:e-?[0-9]+)?)\s*$")

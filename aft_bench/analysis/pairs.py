@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aft_bench.comparisons import Comparison
-from aft_bench.errors import InputError
+from aft_bench.common.errors import InputError
+from aft_bench.experiment.comparisons import Comparison
 
 if TYPE_CHECKING:
     import pandas as pd
 
-PAIR_KEYS = ["world", "backend", "workload", "task_id", "fault", "fault_seed", "catalog_size", "controller",
+PAIR_KEYS = ["world", "backend", "workload", "task_id", "fault", "fault_seed", "catalog_size", "agent", "agent_spec",
              "model", "rep"]
 
 

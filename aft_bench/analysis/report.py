@@ -16,9 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from aft_bench.errors import InputError
+from aft_bench.common.errors import InputError
+from aft_bench.common.paths import REFERENCE
 
-PAPER_VALUES = Path(__file__).resolve().parent.parent / "analysis" / "paper_values.toml"
+PAPER_VALUES = REFERENCE / "paper_values.toml"
 
 
 @dataclass

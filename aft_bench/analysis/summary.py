@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aft_bench.errors import InputError
+from aft_bench.common.errors import InputError
 
 COLS = ["runs", "fault_fired", "completed", "recovered", "duplicates", "unsafe", "bad_claims", "tokens", "recall"]
 

@@ -1,17 +1,20 @@
-"""`aft-bench list`: the comparisons, conditions, workloads, worlds and fault kinds the harness knows."""
+"""`aft-bench list`: the agents, comparisons, conditions, workloads, worlds and fault kinds the harness knows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from aft_bench.comparisons import load_comparisons
-from aft_bench.conditions import load_conditions
-from aft_bench.faults import FAULT_STAGES
-from aft_bench.workloads import load_workloads
+from aft_bench.agents.registry import describe
+from aft_bench.experiment.comparisons import load_comparisons
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.runtime.faults import FAULT_STAGES
+from aft_bench.tasks.workloads import load_workloads
 
 
 def listing(what: str, worlds_dir: Path) -> list[dict[str, Any]]:
+    if what == "agents":
+        return describe()
     if what == "comparisons":
         return [c.model_dump(mode="json") for c in load_comparisons()]
     if what == "conditions":

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Sequence
 
 from aft_bench import __version__
-from aft_bench.errors import InputError, OutputError, TraceIntegrityError
+from aft_bench.common.errors import InputError, OutputError, TraceIntegrityError
+from aft_bench.common.paths import WORLDS
 
-DEFAULT_WORLDS = Path(__file__).resolve().parent.parent / "worlds"
+DEFAULT_WORLDS = WORLDS
 
 
 def _worlds_dir(arg: str | None) -> Path:
@@ -28,7 +29,7 @@ def _yes(v: bool | None) -> str:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from aft_bench.calibration import WorldSet, baselines, detector_table, run_cases
+    from aft_bench.experiment.calibration import WorldSet, baselines, detector_table, run_cases
 
     worlds = WorldSet(_worlds_dir(args.worlds))
     cases_path = Path(args.cases) if args.cases else worlds.dir / "calibration" / "cases.toml"
@@ -56,10 +57,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from aft_bench.calibration import load_cases
-    from aft_bench.faults import check_schedule, load_schedule
-    from aft_bench.tasks import load_tasks
-    from aft_bench.world import load_world
+    from aft_bench.experiment.calibration import load_cases
+    from aft_bench.runtime.faults import check_schedule, load_schedule
+    from aft_bench.tasks.task import load_tasks
+    from aft_bench.world.manifest import load_world
 
     for raw in args.paths:
         p = Path(raw)
@@ -82,7 +83,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_trace(args: argparse.Namespace) -> int:
-    from aft_bench.trace import verify_file
+    from aft_bench.runtime.trace import verify_file
 
     head = verify_file(args.trace, args.head)
     print(f"ok  {args.trace}: chain intact and sealed, head {head}")
@@ -90,7 +91,7 @@ def cmd_verify_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from aft_bench.catalog import generate_catalog
+    from aft_bench.world.catalog import generate_catalog
 
     try:
         tools = generate_catalog(args.size, args.seed, tuple(args.required))
@@ -105,19 +106,20 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from aft_bench.config import load_plan
-    from aft_bench.progress import progress_for
-    from aft_bench.runner import run_plan
+    from aft_bench.experiment.config import load_matrix
+    from aft_bench.experiment.executors import MAX_WORKERS
+    from aft_bench.experiment.progress import progress_for
+    from aft_bench.experiment.runner import run_matrix
 
-    plan = load_plan(args.config, _worlds_dir(args.worlds))
-    if args.workers < 1:
-        raise InputError("--workers", "--workers", args.workers, "must be at least 1")
+    matrix = load_matrix(args.config, _worlds_dir(args.worlds))
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise InputError("--workers", "--workers", args.workers, f"must be between 1 and {MAX_WORKERS}")
     out = Path(args.out)
     t0 = time.perf_counter()
-    rows = run_plan(plan, out, progress_for(plan.experiment.id), workers=args.workers)
+    rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=args.workers)
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
-    missing = len(plan.cells) - len(rows)
+    missing = len(matrix.cells) - len(rows)
     print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / max(wall, 1e-9):.0f} runs/s); "
           f"faults fired in {sum(fired)}/{len(fired)} faulted runs")
     print(f"results: {out / 'results.parquet'}  traces: {out / 'traces'}  manifest: {out / 'manifest.json'}")
@@ -129,14 +131,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from aft_bench.summary import summarize
+    from aft_bench.analysis.summary import summarize
 
     print(summarize(Path(args.dir)))
     return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from aft_bench.analysis import Options, analyze, format_table3
+    from aft_bench.analysis.analyze import Options, analyze, format_table3
 
     opts = Options(seed=args.seed, resamples=args.resamples, permutations=args.permutations, flip_unit=args.flip_unit)
     tables = analyze(Path(args.dir), opts, include_stale=args.include_stale_lock)
@@ -146,7 +148,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from aft_bench.report import render
+    from aft_bench.analysis.report import render
 
     md, html_path = render(Path(args.dir))
     print(f"report: {md}\n        {html_path}")
@@ -154,17 +156,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_freeze(args: argparse.Namespace) -> int:
-    from aft_bench.config import load_plan
-    from aft_bench.freeze import freeze
+    from aft_bench.experiment.config import load_matrix
+    from aft_bench.experiment.freeze import freeze
 
-    plan = load_plan(args.config, _worlds_dir(args.worlds))
-    path = freeze(plan)
+    matrix = load_matrix(args.config, _worlds_dir(args.worlds))
+    path = freeze(matrix)
     print(f"frozen: {path} ({len(json.loads(path.read_text())['inputs'])} inputs)")
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from aft_bench.audit import audit
+    from aft_bench.analysis.audit import audit
 
     checks = audit(Path(args.dir), Path(args.manuscript) if args.manuscript else None)
     width = max(len(c.name) for c in checks)
@@ -176,7 +178,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from aft_bench.gate import check
+    from aft_bench.analysis.gate import check
 
     results = check(Path(args.dir), Path(args.expect))
     for r in results:
@@ -191,15 +193,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plain(value: object) -> str:
+    """One listing field as text: parameters as `name=default`, other lists comma-separated."""
+    if isinstance(value, list):
+        return ",".join(f"{v['name']}={v['default']}" if isinstance(v, dict) else str(v) for v in value) or "-"
+    return str(value)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    from aft_bench.listing import listing
+    from aft_bench.cli.listing import listing
 
     data = listing(args.what, _worlds_dir(args.worlds))
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         for item in data:
-            print("  ".join(f"{v}" for v in item.values()))
+            print("  ".join(_plain(v) for v in item.values()))
     return 0
 
 
@@ -228,8 +237,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (default: min(2, cores)); results are identical for any count")
-    r.add_argument("--resume", action="store_true",
-                   help="continue a directory's matrix (also what a plain rerun into the same --out does)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
@@ -265,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--expect", required=True)
     ck.set_defaults(func=cmd_check)
 
-    ls = sub.add_parser("list", help="list comparisons, conditions, workloads, worlds or faults")
-    ls.add_argument("what", choices=["comparisons", "conditions", "workloads", "worlds", "faults"])
+    ls = sub.add_parser("list", help="list agents, comparisons, conditions, workloads, worlds or faults")
+    ls.add_argument("what", choices=["agents", "comparisons", "conditions", "workloads", "worlds", "faults"])
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     ls.set_defaults(func=cmd_list)

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from aft_bench.errors import FieldProblem, InputError
+from aft_bench.common.errors import FieldProblem, InputError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -1,36 +1,60 @@
-"""Run one cell with a scripted call sequence: reset the world, drive the pipeline, seal the trace, label it.
-
-Scripted runs need no controller; they are how detectors are calibrated and how the do-nothing and oracle
-baselines are produced. Controllers (a later layer) drive the same pipeline through an interface.
-"""
+"""One episode from fully resolved inputs: reset the world, open the trace, play the agent over the surface,
+record the terminal decision and state, seal the trace, label it. Nothing here is looked up by name; the
+experiment's builder resolves names, and calibration builds its setups directly."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from aft_bench import crashpoints
-from aft_bench.backend import Backend, Guards
-from aft_bench.errors import HarnessError
-from aft_bench.faults import NO_FAULTS, FaultSchedule, Injector, realize
-from aft_bench.labels import Labels, compute_labels
-from aft_bench.pipeline import Delivery, Pipeline, Request
-from aft_bench.tasks import Step, Task
-from aft_bench.trace import Event, Trace
-from aft_bench.world import World
+from aft_bench.agents.protocol import Agent
+from aft_bench.agents.scripted import ScriptedAgent
+from aft_bench.common import crashpoints
+from aft_bench.common.errors import HarnessError
+from aft_bench.episode.loop import Played, play
+from aft_bench.interface.interface import Interface
+from aft_bench.interface.mechanisms import Mechanisms
+from aft_bench.interface.raw import RawSurface
+from aft_bench.interface.tools import Surface
+from aft_bench.judge.labels import Labels, compute_labels
+from aft_bench.runtime.faults import NO_FAULTS, FaultSchedule, Injector, realize
+from aft_bench.runtime.pipeline import Pipeline
+from aft_bench.runtime.trace import Event, Trace
+from aft_bench.tasks.task import Criteria, Step, Task
+from aft_bench.world.backend import Backend
+from aft_bench.world.manifest import World
+from aft_bench.world.store import Store
 
 
 @dataclass(frozen=True)
-class RunResult:
+class Setup:
+    """Everything one attempt needs. `mechanisms=None` puts the agent on the raw pipeline surface (calibration)."""
+
+    world: World
+    task: Task
+    schedule: FaultSchedule = NO_FAULTS
+    seed: int = 0
+    mechanisms: Mechanisms | None = None
+    durable_state: bool = False  # raw surface only; an interface takes it from its mechanisms
+    store: Store | None = None  # default: a fresh in-memory store
+    trace_path: Path | None = None
+    header: Mapping[str, Any] | None = None  # recorded as the trace's `cell` event
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
     labels: Labels
+    played: Played
     events: tuple[Event, ...]
     terminal_state: dict[str, Any]
     trace_head: str
 
 
-def start_run(world: World, task: Task, schedule: FaultSchedule, seed: int, trace: Trace,
-              *, durable_state: bool = False, store: Any = None) -> Pipeline:
+def open_pipeline(world: World, task: Task, schedule: FaultSchedule, seed: int, trace: Trace, *,
+                  durable_state: bool = False, store: Store | None = None) -> Pipeline:
     """Reset the world to the task's s0 (in `store`, default in memory) and open the trace with provenance."""
     backend = Backend(world, task.state, store)
     trace.append("run_start", world=world.id, world_hash=world.hash, task=task.id, task_hash=task.hash,
@@ -38,82 +62,61 @@ def start_run(world: World, task: Task, schedule: FaultSchedule, seed: int, trac
     return Pipeline(backend, trace, Injector(realize(schedule, seed)), durable_state=durable_state)
 
 
-def finish_run(pipeline: Pipeline, task: Task, action: str, claim: str | None) -> RunResult:
-    """Record the terminal decision and state, seal the trace, compute labels."""
+async def run_episode(setup: Setup, agent: Agent) -> EpisodeResult:
+    """Play one episode and judge it."""
+    trace = Trace(setup.trace_path)
+    mech = setup.mechanisms
+    durable = mech.durable if mech is not None else setup.durable_state
+    pipeline = open_pipeline(setup.world, setup.task, setup.schedule, setup.seed, trace, durable_state=durable,
+                             store=setup.store)
+    if setup.header is not None:
+        trace.append("cell", **setup.header)
+    surface: Surface = Interface(pipeline, mech) if mech is not None else RawSurface(pipeline)
+    played = await play(agent, surface, setup.task.brief, setup.task.budget)
+    return _finish(pipeline, setup.task.criteria, played)
+
+
+def _finish(pipeline: Pipeline, criteria: Criteria, played: Played) -> EpisodeResult:
+    """Record the terminal decision and state, seal the trace, compute labels, cross-check the store."""
     trace = pipeline.trace
-    trace.append("terminal", action=action, claim=claim)
+    trace.append("terminal", action=played.terminal.action, claim=played.terminal.claim)
     state, state_hash = pipeline.backend.snapshot_and_hash()
     trace.append("terminal_state", hash=state_hash)
     crashpoints.hit("before_seal")
     head = trace.seal().hash
     events = trace.events()
-    labels = compute_labels(events, state, task)
+    labels = compute_labels(events, state, criteria)
     _cross_check(pipeline.backend, labels)
-    return RunResult(labels, events, state, head)
+    return EpisodeResult(labels, played, events, state, head)
 
 
 def _cross_check(backend: Backend, labels: Labels) -> None:
-    """Where the store can count effects itself (SQL), its counts must equal the trace-derived labels."""
-    counts = getattr(backend.store, "sql_counts", None)
+    """Where the store counts effects itself (SQL), its counts must equal the trace-derived labels."""
+    counts = backend.store.self_counts()
     if counts is None:
         return
-    db = counts()
     trace = {"commits": labels.commits, "duplicate_effects": labels.duplicate_effects,
              "unauthorized_effects": labels.unauthorized_effects}
-    if db != trace:
-        raise HarnessError(f"database {backend.store.path} and trace disagree: database {db}, trace {trace}")
+    if counts != trace:
+        raise HarnessError(f"store {backend.store!r} and trace disagree: store {counts}, trace {trace}")
 
 
-def drive(pipeline: Pipeline, steps: Sequence[Step], budget: int) -> tuple[str, str | None]:
-    """Execute scripted steps; returns the terminal (action, claim). Each non-end step costs one tool call."""
-    last_req: Request | None = None
-    last_inv: str | None = None
-    used = 0
-    for n, step in enumerate(steps, start=1):
-        if step.end is not None:
-            return step.end, step.claim
-        if used >= budget:
-            return "budget_exhausted", None
-        used += 1
-        pipeline.trace.append("tool_call", tool=_step_tool(step), args=dict(step.args))
-        delivery: Delivery | None = None
-        if step.call is not None:
-            guards = Guards(step.key, step.expect_version, step.authority)
-            last_req = Request(step.call, dict(step.args), step.principal, step.intent, f"req-s{n:03d}", guards)
-            delivery = pipeline.invoke(last_req)
-        elif step.retransmit:
-            if last_req is None:
-                raise ValueError("retransmit before any call")
-            delivery = pipeline.invoke(last_req)
-        elif step.resume is not None:
-            delivery = pipeline.resume(_inv(step.resume, last_inv))
-        elif step.status is not None:
-            delivery = pipeline.status(_inv(step.status, last_inv))
-        elif step.verify is not None:
-            delivery = pipeline.verify(step.verify, dict(step.args))
-        if delivery is not None and delivery.invocation is not None and (step.call is not None or step.retransmit):
-            last_inv = delivery.invocation
-    return "none", None
+_LOOPS = threading.local()
 
 
-def _step_tool(step: Step) -> str:
-    if step.call is not None:
-        return step.call
-    if step.retransmit:
-        return "<retransmit>"
-    return "resume" if step.resume else "status" if step.status else "verify"
-
-
-def _inv(ref: str, last: str | None) -> str:
-    """Resolve "last" to the most recent invocation id; with none yet, an id the runtime cannot know."""
-    return (last or "inv-none") if ref == "last" else ref
+def run_sync(setup: Setup, agent: Agent) -> EpisodeResult:
+    """`run_episode` from synchronous code, on this thread's one event loop (made once, reused; no signal
+    handlers are installed per episode, which `asyncio.run` would do at a cost of ~0.5 ms each)."""
+    loop = getattr(_LOOPS, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _LOOPS.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(run_episode(setup, agent))
 
 
 def run_scripted(world: World, task: Task, steps: Sequence[Step], schedule: FaultSchedule = NO_FAULTS,
-                 seed: int = 0, trace_path: str | Path | None = None, *, durable_state: bool = False) -> RunResult:
-    """One complete scripted run; the capability surface is the world's full operation list (eager)."""
-    trace = Trace(trace_path)
-    pipeline = start_run(world, task, schedule, seed, trace, durable_state=durable_state)
-    trace.append("surface", tools=sorted(world.operations), full=True)
-    action, claim = drive(pipeline, steps, task.budget)
-    return finish_run(pipeline, task, action, claim)
+                 seed: int = 0, trace_path: str | Path | None = None, *, durable_state: bool = False,
+                 store: Store | None = None) -> EpisodeResult:
+    """One scripted episode over the raw pipeline surface (calibration cases, baselines, tests)."""
+    setup = Setup(world, task, schedule, seed, None, durable_state, store,
+                  Path(trace_path) if trace_path is not None else None)
+    return run_sync(setup, ScriptedAgent(steps))

@@ -1,62 +1,132 @@
-"""The results table: one row per run, its documented columns, and atomic parquet writing."""
+"""The result row: every column declared once (name, type, group, meaning) and used by the runner, the parquet
+writer, the audit and the README's column table (a test keeps the README equal to this table)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal, Mapping
 
-COLUMNS: dict[str, str] = {
-    "run_id": "hash of the run tuple (the key fields below)",
-    "world": "world id (`catalog` for generated discovery catalogs)",
-    "backend": "backend implementation (`memory`)",
-    "workload": "workload id",
-    "task_id": "task id (the task cluster of the statistics)",
-    "condition": "interface condition name (I0..I5, I5-<mechanism>)",
-    "fault": "fault variant of the workload (`none` if no fault)",
-    "fault_seed": "seed from which the fault realization (and catalog) is drawn",
-    "catalog_size": "number of tools in the discovery catalog (null elsewhere)",
-    "controller": "controller (`deterministic`)",
-    "model": "model identifier (`none` for the deterministic controller)",
-    "rep": "repetition index",
-    "mechanisms": "resolved mechanism settings of the condition, as JSON",
-    "fault_fired": "every planned fault fired (null when none was planned)",
-    "outcome": "outcome class",
-    "y_goal": "requested postcondition holds in the terminal state",
-    "y_correct": "policy acceptance and trace safety both hold",
-    "recovered": "every interrupted invocation was continued with its work kept (null without interruption)",
-    "duplicate_effects": "commits re-realizing an already realized logical effect",
-    "unsafe_commits": "commits that were duplicate, unauthorized, stale or unintended",
-    "unauthorized_effects": "commits by a principal lacking the permission at the commit point",
-    "stale_writes": "commits over a change the agent had not seen",
-    "unintended_effects": "commits outside what the task asked or its policy allowed",
-    "residual_effects": "uncompensated effects left behind when the goal does not hold",
-    "terminal_action": "finish | abort | refuse | escalate | budget_exhausted | none",
-    "terminal_claim": "success | failure | unknown (null without a terminal decision)",
-    "claim_correct": "the terminal claim matches the terminal state (null without a claim)",
-    "incorrect_claim": "1 if the claim was false success, false failure or otherwise incorrect, else 0",
-    "context_tokens": "tokens of tool text shown to the agent (surface, search cards, loaded schemas)",
-    "recall": "share of the task's required capabilities that were shown to the agent",
-    "tool_calls": "calls that reached the pipeline (invocations, resumes, status, verification)",
-    "model_turns": "controller decisions (one per action)",
-    "wall_s": "wall-clock seconds of the run (monotonic clock; not part of any label)",
-    "trace_head": "hash of the sealed trace's last event",
-    "world_hash": "hash of the world manifest",
-    "task_hash": "hash of the task definition",
-    "schedule_hash": "hash of the realized fault schedule definition",
-    "config_hash": "hash of the resolved experiment config",
-    "lock_hash": "hash of the evidence-freeze lock the run was made under (null if the config is not frozen)",
-    "code_version": "package version + git sha (+ .dirty) of the code that made the run",
-    "session": "runner session (1 = first run into this directory, 2 = first resume, ...)",
-}
+from aft_bench.common.canonical import canonical_json
+from aft_bench.episode.episode import EpisodeResult
+
+Group = Literal["key", "label", "usage", "provenance"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # str | int | float | bool | json, with `?` when the value may be null
+    group: Group
+    meaning: str
+
+
+_COLUMNS = (
+    Column("run_id", "str", "key", "hash of the run tuple (the key fields below)"),
+    Column("world", "str", "key", "world id (`catalog` for generated discovery catalogs)"),
+    Column("backend", "str", "key", "backend implementation (`memory` or `sqlite`)"),
+    Column("workload", "str", "key", "workload id"),
+    Column("task_id", "str", "key", "task id (the task cluster of the statistics)"),
+    Column("condition", "str", "key", "interface condition name (I0..I5, I5-<mechanism>)"),
+    Column("fault", "str", "key", "fault variant of the workload (`none` if no fault)"),
+    Column("fault_seed", "int", "key", "seed from which the fault realization (and catalog) is drawn"),
+    Column("catalog_size", "int?", "key", "number of tools in the discovery catalog (null elsewhere)"),
+    Column("agent", "str", "key", "agent kind from the registry (`deterministic`, ...)"),
+    Column("agent_spec", "json", "key", "the agent's name and every parameter, canonical JSON (an API key only by its variable name)"),
+    Column("model", "str", "key", "model identifier (`none` for agents without a model)"),
+    Column("rep", "int", "key", "repetition index"),
+    Column("mechanisms", "json", "key", "resolved mechanism settings of the condition, as JSON"),
+    Column("fault_fired", "bool?", "label", "every planned fault fired (null when none was planned)"),
+    Column("outcome", "str", "label", "outcome class"),
+    Column("y_goal", "bool", "label", "requested postcondition holds in the terminal state"),
+    Column("y_correct", "bool", "label", "policy acceptance and trace safety both hold"),
+    Column("recovered", "bool?", "label",
+           "every interrupted invocation was continued with its work kept (null without interruption)"),
+    Column("duplicate_effects", "int", "label", "commits re-realizing an already realized logical effect"),
+    Column("unsafe_commits", "int", "label", "commits that were duplicate, unauthorized, stale or unintended"),
+    Column("unauthorized_effects", "int", "label", "commits by a principal lacking the permission at the commit point"),
+    Column("stale_writes", "int", "label", "commits over a change the agent had not seen"),
+    Column("unintended_effects", "int", "label", "commits outside what the task asked or its policy allowed"),
+    Column("residual_effects", "int", "label", "uncompensated effects left behind when the goal does not hold"),
+    Column("terminal_action", "str", "label", "finish | abort | refuse | escalate | budget_exhausted | none"),
+    Column("terminal_claim", "str?", "label", "success | failure | unknown (null without a terminal decision)"),
+    Column("claim_correct", "bool?", "label", "the terminal claim matches the terminal state (null without a claim)"),
+    Column("incorrect_claim", "int", "label",
+           "1 if the claim was false success, false failure or otherwise incorrect, else 0"),
+    Column("context_tokens", "int", "label",
+           "tokens of tool text shown to the agent (surface, search cards, loaded schemas)"),
+    Column("recall", "float", "label", "share of the task's required capabilities that were shown to the agent"),
+    Column("tool_calls", "int", "label", "calls that reached the pipeline (invocations, resumes, status, verification)"),
+    Column("model_turns", "int", "label", "agent decisions (one per action)"),
+    Column("model_calls", "int", "usage", "model calls the agent made (0 for agents without a model)"),
+    Column("prompt_tokens", "int", "usage", "prompt tokens the provider reported, summed over the episode"),
+    Column("completion_tokens", "int", "usage", "completion tokens the provider reported, summed over the episode"),
+    Column("cost_usd", "float", "usage", "cost of the model calls in US dollars (0 without a model)"),
+    Column("wall_s", "float", "provenance", "wall-clock seconds of the run (monotonic clock; not part of any label)"),
+    Column("trace_head", "str", "provenance", "hash of the sealed trace's last event"),
+    Column("world_hash", "str", "provenance", "hash of the world manifest"),
+    Column("task_hash", "str", "provenance", "hash of the task definition"),
+    Column("schedule_hash", "str", "provenance", "hash of the realized fault schedule definition"),
+    Column("config_hash", "str", "provenance", "hash of the resolved experiment config"),
+    Column("lock_hash", "str?", "provenance",
+           "hash of the evidence-freeze lock the run was made under (null if the config is not frozen)"),
+    Column("code_version", "str", "provenance", "package version + git sha (+ .dirty) of the code that made the run"),
+    Column("session", "int", "provenance", "runner session (1 = first run into this directory, 2 = first resume, ...)"),
+)
+
+SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
+COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
+# Columns the batch layer adds to a row when it records it (the rest come from the episode).
+SESSION_COLUMNS = ("config_hash", "lock_hash", "code_version", "session")
+
+
+def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
+                wall_s: float, hashes: Mapping[str, str]) -> dict[str, Any]:
+    """The row of one episode, before the batch layer adds the session columns."""
+    lb, played = result.labels, result.played
+    u = played.usage
+    return {
+        **key,
+        "run_id": run_id,
+        "mechanisms": canonical_json(dict(mechanisms)),
+        "fault_fired": lb.fault_fired,
+        "outcome": lb.outcome,
+        "y_goal": lb.y_goal,
+        "y_correct": lb.y_correct,
+        "recovered": lb.recovered,
+        "duplicate_effects": lb.duplicate_effects,
+        "unsafe_commits": lb.unsafe_commits,
+        "unauthorized_effects": lb.unauthorized_effects,
+        "stale_writes": lb.stale_writes,
+        "unintended_effects": lb.unintended_effects,
+        "residual_effects": lb.residual_effects,
+        "terminal_action": lb.terminal_action,
+        "terminal_claim": lb.terminal_claim,
+        "claim_correct": lb.claim_correct,
+        "incorrect_claim": int(lb.claim_correct is False),
+        "context_tokens": lb.context_tokens,
+        "recall": lb.capability_recall,
+        "tool_calls": lb.tool_calls,
+        "model_turns": played.turns,
+        "model_calls": u.model_calls,
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "cost_usd": u.cost_usd,
+        "wall_s": round(wall_s, 6),
+        "trace_head": result.trace_head,
+        **hashes,
+    }
 
 
 def write_parquet(rows: Iterable[dict[str, Any]], path: Path) -> None:
-    """Write rows with the documented column order, atomically (temp file + os.replace)."""
+    """Write rows with the declared column order, atomically (temp file + os.replace)."""
     import pandas as pd
 
-    frame = pd.DataFrame(list(rows), columns=list(COLUMNS))
-    frame["catalog_size"] = frame["catalog_size"].astype("Int64")
+    frame = pd.DataFrame(list(rows), columns=list(SCHEMA))
+    for c in _COLUMNS:
+        if c.type == "int?":
+            frame[c.name] = frame[c.name].astype("Int64")
     tmp = path.with_suffix(".parquet.tmp")
     frame.to_parquet(tmp, index=False)
     with open(tmp, "rb") as fh:

@@ -9,35 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.errors import FieldProblem, InputError
-from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule, require_ops
-from aft_bench.labels import OUTCOMES, Labels
-from aft_bench.manifest import read_toml, validate
-from aft_bench.run import RunResult, run_scripted
-from aft_bench.tasks import Step, Task, load_tasks
-from aft_bench.world import World, find_world
-
-Detector = Callable[[Labels], bool]
-
-DETECTORS: dict[str, Detector] = {
-    "duplicate_effect": lambda lb: lb.duplicate_effects > 0,
-    "unauthorized_effect": lambda lb: lb.unauthorized_effects > 0,
-    "stale_write": lambda lb: lb.stale_writes > 0,
-    "unintended_effect": lambda lb: lb.unintended_effects > 0,
-    "residual_effect": lambda lb: lb.residual_effects > 0,
-    "false_success": lambda lb: lb.false_success,
-    "false_failure": lambda lb: lb.false_failure,
-    "other_incorrect_claim": lambda lb: lb.other_incorrect_claim,
-    "recovered": lambda lb: lb.recovered is True,
-    "fault_not_fired": lambda lb: lb.fault_fired is False,
-    "y_goal": lambda lb: lb.y_goal,
-    "y_correct": lambda lb: lb.y_correct,
-    **{f"outcome:{o}": (lambda lb, o=o: lb.outcome == o) for o in OUTCOMES},
-}
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import FieldProblem
+from aft_bench.episode.episode import EpisodeResult, run_scripted
+from aft_bench.judge.detectors import DETECTORS
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec, check_schedule, require_ops
+from aft_bench.tasks.task import Step
+from aft_bench.tasks.worldset import WorldSet
 
 
 class Case(BaseModel):
@@ -68,7 +49,7 @@ class CaseFile(BaseModel):
 class CaseResult:
     case: Case
     fired: bool
-    run: RunResult
+    run: EpisodeResult
 
     @property
     def ok(self) -> bool:
@@ -84,35 +65,6 @@ class DetectorRow:
     @property
     def ok(self) -> bool:
         return bool(self.positive_fired) and bool(self.negative_silent)
-
-
-class WorldSet:
-    """Worlds and their tasks, loaded once from a worlds directory."""
-
-    def __init__(self, worlds_dir: Path) -> None:
-        self.dir = worlds_dir
-        self._worlds: dict[str, World] = {}
-        self._tasks: dict[str, tuple[Task, ...]] = {}
-
-    def world(self, world_id: str) -> World:
-        if world_id not in self._worlds:
-            self._worlds[world_id] = find_world(self.dir, world_id)
-        return self._worlds[world_id]
-
-    def tasks(self, world_id: str) -> tuple[Task, ...]:
-        if world_id not in self._tasks:
-            self._tasks[world_id] = load_tasks(self.dir / world_id / "tasks.toml", self.world(world_id))
-        return self._tasks[world_id]
-
-    def task(self, ref: str, path: Path, field: str) -> tuple[World, Task]:
-        world_id, task_id = ref.split("/", 1)
-        for t in self.tasks(world_id):
-            if t.id == task_id:
-                return self.world(world_id), t
-        raise InputError(path, field, ref, "unknown task")
-
-    def world_ids(self) -> list[str]:
-        return sorted(d.name for d in self.dir.iterdir() if (d / "world.toml").exists() and (d / "tasks.toml").exists())
 
 
 def load_cases(path: Path) -> tuple[Case, ...]:
@@ -162,8 +114,8 @@ def baselines(catalog: WorldSet) -> list[BaselineRow]:
     for wid in catalog.world_ids():
         world = catalog.world(wid)
         for task in catalog.tasks(wid):
-            needs_write = not task.phi(world.initial_state(task.state))
+            needs_write = not task.criteria.phi(world.initial_state(task.state))
             idle = run_scripted(world, task, nothing).labels
-            oracle = run_scripted(world, task, task.oracle).labels
+            oracle = run_scripted(world, task, task.script.oracle).labels
             rows.append(BaselineRow(f"{wid}/{task.id}", needs_write, idle.outcome, oracle.outcome, oracle.y_correct))
     return rows

@@ -8,9 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aft_bench.manifest import read_toml, validate
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.paths import CONFIGS
 
-COMPARISONS_PATH = Path(__file__).resolve().parent.parent / "configs" / "comparisons.toml"
+COMPARISONS_PATH = CONFIGS / "comparisons.toml"
 
 
 class Comparison(BaseModel):

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.canonical import digest
-from aft_bench.comparisons import Comparison, load_comparisons
-from aft_bench.conditions import Conditions, load_conditions
-from aft_bench.errors import FieldProblem, InputError
-from aft_bench.manifest import read_toml, validate
-from aft_bench.workloads import Workload, WorkloadSet, load_workloads
+from aft_bench.agents.registry import DEFAULT_AGENT, AgentSpec, agent_spec
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import FieldProblem, InputError
+from aft_bench.experiment.comparisons import Comparison, load_comparisons
+from aft_bench.interface.mechanisms import Conditions, load_conditions
+from aft_bench.tasks.workloads import Workload, WorkloadSet, load_workloads
 
 MAX_CELLS = 2_000_000
 
@@ -40,8 +42,7 @@ class Experiment(BaseModel):
     seeds: tuple[int, ...] = Field(default=(0,), min_length=1, max_length=100_000)
     workload_seeds: dict[str, tuple[int, ...]] = Field(default_factory=dict)  # per-workload override
     repetitions: int = Field(default=1, ge=1, le=10_000)
-    controllers: tuple[Literal["deterministic"], ...] = ("deterministic",)
-    models: tuple[str, ...] = ("none",)
+    agents: tuple[dict[str, Any], ...] = Field(default=(DEFAULT_AGENT,), min_length=1, max_length=1000)
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
@@ -54,7 +55,8 @@ class ConfigFile(BaseModel):
 
 @dataclass(frozen=True)
 class Cell:
-    """One run tuple e = (w, tau, I, M, C, omega, r) plus the backend and catalog size."""
+    """One run tuple e = (w, tau, I, M, C, omega, r) plus the backend and catalog size; the agent (C and M)
+    is its registry name and its full spec."""
 
     world: str
     backend: str
@@ -64,11 +66,12 @@ class Cell:
     fault: str
     fault_seed: int
     catalog_size: int | None
-    controller: str
+    agent: str
+    agent_spec: str
     model: str
     rep: int
 
-    @property
+    @cached_property
     def run_id(self) -> str:
         return digest(asdict(self))[:16]
 
@@ -77,14 +80,16 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A validated config and everything it resolves to."""
+class Matrix:
+    """A validated config and everything it resolves to: its workloads, conditions, comparisons, agents and
+    the cells (run tuples) of its matrix."""
 
     path: Path
     experiment: Experiment
     workloads: WorkloadSet
     conditions: Conditions
     comparisons: tuple[Comparison, ...]
+    agents: tuple[AgentSpec, ...]
     cells: tuple[Cell, ...]
     config_hash: str
     worlds_dir: Path
@@ -93,10 +98,17 @@ class Plan:
         return self.experiment.model_dump(mode="json")
 
 
-def load_plan(path: str | Path, worlds_dir: Path) -> Plan:
+def load_matrix(path: str | Path, worlds_dir: Path) -> Matrix:
     """Read and validate a config and expand it; any error is an InputError naming file, field, value."""
     p = Path(path)
     exp = validate(ConfigFile, read_toml(p), p).experiment
+    agents = tuple(agent_spec(raw, p, f"experiment.agents.{i}") for i, raw in enumerate(exp.agents))
+    for i, spec in enumerate(agents):
+        if spec.kind.surface != "interface":
+            raise InputError(p, f"experiment.agents.{i}.name", spec.name,
+                             "this agent drives the raw pipeline (calibration only), not an interface")
+    if len(set(agents)) != len(agents):
+        raise InputError(p, "experiment.agents", [a.json for a in agents], "the same agent spec is listed twice")
     conditions = load_conditions()
     known = {c.id: c for c in load_comparisons()}
     chosen: list[Comparison] = []
@@ -126,16 +138,16 @@ def load_plan(path: str | Path, worlds_dir: Path) -> Plan:
         conds = list(dict.fromkeys(conds))
         for name in conds:
             conditions.resolve(name, p, "experiment.conditions")
-        cells += _expand(exp, wl, conds, p)
+        cells += _expand(exp, wl, conds, agents, p)
     if not cells:
         raise InputError(p, "experiment", exp.id, "the config expands to no runs")
     if len(cells) > MAX_CELLS:
         raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
-    return Plan(p, exp, workloads, conditions, tuple(chosen), tuple(cells), digest(exp.model_dump(mode="json")),
-                worlds_dir)
+    return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells),
+                  digest(exp.model_dump(mode="json")), worlds_dir)
 
 
-def _expand(exp: Experiment, wl: Workload, conds: list[str], p: Path) -> list[Cell]:
+def _expand(exp: Experiment, wl: Workload, conds: list[str], agents: tuple[AgentSpec, ...], p: Path) -> list[Cell]:
     sizes: tuple[int | None, ...] = wl.sizes()
     if exp.catalog_sizes and wl.info.catalog_sizes:
         bad = [s for s in exp.catalog_sizes if s not in wl.info.catalog_sizes]
@@ -145,14 +157,14 @@ def _expand(exp: Experiment, wl: Workload, conds: list[str], p: Path) -> list[Ce
     tasks = wl.tasks[: exp.tasks_per_workload] if exp.tasks_per_workload else wl.tasks
     seeds = exp.workload_seeds.get(wl.id, exp.seeds)
     return [
-        Cell(wl.info.world, backend, wl.id, task.id, cond, variant.id, seed, size, ctrl, model, rep)
+        Cell(wl.info.world, backend, wl.id, task.id, cond, variant.id, seed, size, agent.name, agent.json,
+             agent.model, rep)
         for backend in exp.backends
         for task in tasks
         for variant in wl.variants_for(task)
         for size in sizes
         for seed in seeds
         for cond in conds
-        for ctrl in exp.controllers
-        for model in exp.models
+        for agent in agents
         for rep in range(exp.repetitions)
     ]

@@ -7,55 +7,66 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aft_bench.canonical import digest
-from aft_bench.catalog import VOCAB_PATH
-from aft_bench.config import Plan
-from aft_bench.errors import InputError
+from aft_bench.common.canonical import digest
+from aft_bench.common.errors import HarnessError, InputError
+from aft_bench.common.paths import PACKAGE
+from aft_bench.experiment.config import Matrix
+from aft_bench.world.catalog import VOCAB_PATH
 
-PACKAGE = Path(__file__).resolve().parent
-# The code that defines fault semantics, interface treatments, the controller contract and the verifiers.
-FROZEN_CODE = ("stages.py", "faults.py", "pipeline.py", "backend.py", "interface.py", "controller.py",
-               "labels.py", "tasks.py", "world.py", "ranking.py", "tokens.py")
+# The code that defines the worlds, fault semantics, interface treatments, the agents' contract, the episode
+# and the verifiers: every module under these subpackages, named by its path relative to the package, so a
+# module moved or added inside them is hashed too and one moved out of them shows as a changed input.
+FROZEN_CODE = ("world", "runtime", "interface", "tasks", "judge", "agents", "episode")
 
 
 def lock_path(config: Path) -> Path:
     return config.with_name(f"{config.stem}.lock.json")
 
 
-def inputs(plan: Plan) -> dict[str, str]:
-    """Name -> hash of every frozen input of a plan."""
+def inputs(matrix: Matrix) -> dict[str, str]:
+    """Name -> hash of every frozen input of a matrix."""
     out: dict[str, str] = {
-        "config": plan.config_hash,
-        "conditions": plan.conditions.hash,
-        "comparisons": digest([c.model_dump(mode="json") for c in plan.comparisons]),
+        "config": matrix.config_hash,
+        "conditions": matrix.conditions.hash,
+        "comparisons": digest([c.model_dump(mode="json") for c in matrix.comparisons]),
     }
-    for wid in dict.fromkeys(c.workload for c in plan.cells):
-        wl = plan.workloads.get(wid)
+    for wid in dict.fromkeys(c.workload for c in matrix.cells):
+        wl = matrix.workloads.get(wid)
         out[f"workload:{wid}"] = wl.hash
         for t in wl.tasks:
             out[f"task:{wid}/{t.id}"] = t.hash
         for v in wl.variants:
             out[f"faults:{wid}/{v.id}"] = digest(v.model_dump(mode="json"))
         world = wl.info.world
-        src = VOCAB_PATH if world == "catalog" else plan.worlds_dir / world / "world.toml"
+        src = VOCAB_PATH if world == "catalog" else matrix.worlds_dir / world / "world.toml"
         out[f"world:{world}"] = digest(src.read_text())
-    for name in FROZEN_CODE:
-        out[f"code:{name}"] = digest((PACKAGE / name).read_text())
+    for path in frozen_code():
+        out[f"code:{path.relative_to(PACKAGE).as_posix()}"] = digest(path.read_text())
     return dict(sorted(out.items()))
 
 
-def freeze(plan: Plan) -> Path:
-    """Write the lock file next to the plan's config."""
-    current = inputs(plan)
-    path = lock_path(plan.path)
-    path.write_text(json.dumps({"config": plan.path.name, "lock_hash": digest(current), "inputs": current},
+def frozen_code() -> list[Path]:
+    """Every module of the frozen subpackages; a subpackage that is missing is a harness error, never skipped."""
+    out = []
+    for sub in FROZEN_CODE:
+        if not (PACKAGE / sub / "__init__.py").is_file():
+            raise HarnessError(f"frozen code {PACKAGE / sub} is missing; update experiment/freeze.py FROZEN_CODE")
+        out += sorted((PACKAGE / sub).rglob("*.py"))
+    return out
+
+
+def freeze(matrix: Matrix) -> Path:
+    """Write the lock file next to the matrix's config."""
+    current = inputs(matrix)
+    path = lock_path(matrix.path)
+    path.write_text(json.dumps({"config": matrix.path.name, "lock_hash": digest(current), "inputs": current},
                                indent=2, sort_keys=True) + "\n")
     return path
 
 
-def check(plan: Plan) -> str | None:
+def check(matrix: Matrix) -> str | None:
     """The lock hash if the config is frozen and nothing changed; None if not frozen; else InputError."""
-    path = lock_path(plan.path)
+    path = lock_path(matrix.path)
     if not path.exists():
         return None
     try:
@@ -63,7 +74,7 @@ def check(plan: Plan) -> str | None:
         frozen = lock["inputs"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise InputError(path, "<file>", str(path), "unreadable lock file") from None
-    current = inputs(plan)
+    current = inputs(matrix)
     changed = sorted(k for k in set(frozen) | set(current) if frozen.get(k) != current.get(k))
     if changed:
         shown = changed[:8] + ([f"... {len(changed) - 8} more"] if len(changed) > 8 else [])

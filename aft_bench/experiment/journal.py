@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from aft_bench import crashpoints
-from aft_bench.canonical import canonical_json
-from aft_bench.errors import InputError
+from aft_bench.common import crashpoints
+from aft_bench.common.canonical import canonical_json
+from aft_bench.common.errors import InputError
 
 
 def _line(row: dict[str, Any]) -> str:

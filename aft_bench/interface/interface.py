@@ -11,45 +11,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aft_bench.backend import Guards
-from aft_bench.canonical import canonical_json
-from aft_bench.conditions import Mechanisms
-from aft_bench.pipeline import Delivery, Pipeline, Request
-from aft_bench.ranking import rank
-from aft_bench.tokens import count_tokens
+from aft_bench.common.cache import BoundedCache
+from aft_bench.common.canonical import canonical_json
+from aft_bench.interface.mechanisms import Mechanisms
+from aft_bench.interface.ranking import rank
+from aft_bench.interface.tokens import count_tokens
+from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.runtime.pipeline import Delivery, Pipeline, Request
+from aft_bench.world.backend import Guards
 
 SEARCH_K = 5
 KEY_PARAM = "idempotency_key"
 VERSION_PARAM = "expected_version"
 
 
-# Per (world, mechanisms) caches: the business tools, surface token count and search cards are pure
+# Per (world, mechanisms) caches, bounded: the business tools, surface token count and search cards are pure
 # functions of these, and a matrix builds thousands of interfaces over the same few worlds.
-_BUSINESS: dict[tuple[str, Mechanisms], dict[str, "ToolSpec"]] = {}
-_SURFACE_TOKENS: dict[tuple[str, Mechanisms], int] = {}
-_CARDS: dict[tuple[str, Mechanisms], tuple[tuple[str, ...], tuple[str, ...]]] = {}
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    role: str  # business | lifecycle | discovery
-
-    def schema(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
-
-    def card(self) -> str:
-        return f"{self.name}: {self.description.split('. ')[0].rstrip('.')}."
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What one tool call shows the agent; `lost` means the agent's process lost its local state."""
-
-    content: Any
-    lost: bool = False
+_BUSINESS: BoundedCache[tuple[str, Mechanisms], dict[str, ToolSpec]] = BoundedCache(512)
+_SURFACE_TOKENS: BoundedCache[tuple[str, Mechanisms], int] = BoundedCache(512)
+_CARDS: BoundedCache[tuple[str, Mechanisms], tuple[tuple[str, ...], tuple[str, ...]]] = BoundedCache(512)
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -73,9 +53,7 @@ class Interface:
     def __post_init__(self) -> None:
         world = self.pipeline.backend.world
         key = (world.hash, self.mechanisms)
-        if key not in _BUSINESS:
-            _BUSINESS[key] = {name: self._business_tool(name) for name in sorted(world.operations)}
-        self.business = _BUSINESS[key]
+        self.business = _BUSINESS.get(key, lambda: {name: self._business_tool(name) for name in sorted(world.operations)})
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
         self._key = key
         self._reset_loaded()
@@ -134,13 +112,14 @@ class Interface:
         eager = self.mechanisms.discovery == "eager"
         if eager:
             shown = list(self.business.values()) + shown
-        if self._key not in _SURFACE_TOKENS:
-            _SURFACE_TOKENS[self._key] = count_tokens(canonical_json([t.schema() for t in shown]))
+        tokens = _SURFACE_TOKENS.get(self._key, lambda: count_tokens(canonical_json([t.schema() for t in shown])))
         self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
-                                   business=[t.name for t in shown if t.role == "business"],
-                                   tokens=_SURFACE_TOKENS[self._key])
+                                   business=[t.name for t in shown if t.role == "business"], tokens=tokens)
         self._reset_loaded()
         return shown
+
+    def note(self, kind: str, **data: Any) -> None:
+        self.pipeline.trace.append(kind, **data)
 
     # -- calls ------------------------------------------------------------------------------
     def call(self, name: str, args: dict[str, Any]) -> Observation:
@@ -178,9 +157,8 @@ class Interface:
         return self._render(self.pipeline.verify(str(args.get("tool")), call_args, key))
 
     def _t_search_tools(self, args: dict[str, Any]) -> Observation:
-        if self._key not in _CARDS:
-            _CARDS[self._key] = (tuple(self.business), tuple(t.card() for t in self.business.values()))
-        names, cards = _CARDS[self._key]
+        names, cards = _CARDS.get(self._key, lambda: (tuple(self.business),
+                                                      tuple(t.card() for t in self.business.values())))
         top = rank(str(args.get("query", "")), names, cards, self.search_k)
         shown = [{"name": n, "card": self.business[n].card()} for n in top]
         self.pipeline.trace.append("discovered", query=args.get("query"), tools=top,

@@ -9,11 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from aft_bench.canonical import digest
-from aft_bench.errors import InputError
-from aft_bench.manifest import read_toml, validate
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import InputError
+from aft_bench.common.paths import CONFIGS
 
-CONDITIONS_PATH = Path(__file__).resolve().parent.parent / "configs" / "conditions.toml"
+CONDITIONS_PATH = CONFIGS / "conditions.toml"
 
 
 class MechanismModel(BaseModel):

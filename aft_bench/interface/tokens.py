@@ -29,3 +29,8 @@ def count_tokens(text: str, model: str = TOKENIZER_MODEL) -> int:
     if not text:
         return 0
     return int(_counter()(model=model, text=text))
+
+
+def warm() -> None:
+    """Load the tokenizer now (a worker-process server does this once, before it forks any worker)."""
+    count_tokens("warm")

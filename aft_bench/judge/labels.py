@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
-from aft_bench.errors import HarnessError
-from aft_bench.tasks import Task
-from aft_bench.trace import Event
+from aft_bench.common.errors import HarnessError
+from aft_bench.runtime.trace import Event
+from aft_bench.tasks.task import Criteria
 
 OUTCOMES = (
     "completed",
@@ -66,10 +66,10 @@ class Labels:
         return asdict(self)
 
 
-def _abort_trigger_seq(events: list[Event], task: Task) -> int | None:
+def _abort_trigger_seq(events: list[Event], criteria: Criteria) -> int | None:
     """Sequence number of the first world event after which the task policy forbids the target write."""
     for e in events:
-        for trig in task.policy.abort_if:
+        for trig in criteria.policy.abort_if:
             if trig.event == "concurrent_write" and e.kind == "world_write":
                 if trig.ref is None or trig.ref == e.data["ref"]:
                     return e.seq
@@ -79,8 +79,8 @@ def _abort_trigger_seq(events: list[Event], task: Task) -> int | None:
     return None
 
 
-def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task) -> Labels:
-    """Pure function of (trace, terminal state, task)."""
+def compute_labels(events: Iterable[Event], state: Mapping[str, Any], criteria: Criteria) -> Labels:
+    """Pure function of (trace, terminal state, task criteria)."""
     evs = list(events)
     ledger = state["ledger"]
     commits = [e for e in evs if e.kind == "commit"]
@@ -89,10 +89,10 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task
     if trace_view != ledger_view:
         raise HarnessError(f"trace commits {trace_view} disagree with backend ledger {ledger_view}")
 
-    y_goal = task.phi(state)  # type: ignore[arg-type]
-    targets = set(task.target_ops)
-    allowed = targets | set(task.allowed_ops)
-    trigger = _abort_trigger_seq(evs, task)
+    y_goal = criteria.phi(state)  # type: ignore[arg-type]
+    targets = set(criteria.target_ops)
+    allowed = targets | set(criteria.allowed_ops)
+    trigger = _abort_trigger_seq(evs, criteria)
 
     # Per-commit detectors. A commit is a duplicate if it re-realizes an effect unit already realized.
     realized: set[tuple[str, str]] = set()
@@ -118,7 +118,7 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task
             )
             is_unintended = (
                 entry["op"] not in allowed
-                or (entry["op"] in targets and task.policy.non_action_required)
+                or (entry["op"] in targets and criteria.policy.non_action_required)
                 or (entry["op"] in targets and trigger is not None and e.seq > trigger)
             )
             dup += is_dup
@@ -129,9 +129,9 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task
 
     target_commits_after = [
         c for c in commits
-        if c.data["op"] in targets and (task.policy.non_action_required or (trigger is not None and c.seq > trigger))
+        if c.data["op"] in targets and (criteria.policy.non_action_required or (trigger is not None and c.seq > trigger))
     ]
-    if task.policy.non_action_required or trigger is not None:
+    if criteria.policy.non_action_required or trigger is not None:
         alpha = not target_commits_after
     else:
         alpha = y_goal
@@ -181,18 +181,18 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], task: Task
         verifications=counts["verification"],
         tool_calls=counts["tool_call"],
         commits=len(commits),
-        capability_recall=_recall(evs, task),
+        capability_recall=_recall(evs, criteria),
         context_tokens=sum(int(e.data.get("tokens", 0)) for e in evs if e.kind in SHOWN_KINDS),
     )
 
 
-def _recall(evs: list[Event], task: Task) -> float:
+def _recall(evs: list[Event], criteria: Criteria) -> float:
     """Share of the task's required capabilities the agent was shown (full schema, search card or materialized)."""
     shown: set[str] = set()
     for e in evs:
         if e.kind in SHOWN_KINDS:
             shown.update(e.data["tools"])
-    need = set(task.capabilities)
+    need = set(criteria.capabilities)
     return len(need & shown) / len(need)
 
 

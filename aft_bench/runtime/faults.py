@@ -14,10 +14,10 @@ from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aft_bench.canonical import digest
-from aft_bench.errors import FieldProblem, InputError
-from aft_bench.manifest import read_toml, validate
-from aft_bench.stages import Stage
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import FieldProblem, InputError
+from aft_bench.runtime.stages import Stage
 
 FaultKind = Literal[
     "transient_interruption",

@@ -12,16 +12,17 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator, MutableMapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from aft_bench import crashpoints
-from aft_bench.backend import Backend, BackendError, Guards, Plan, effect_identity
-from aft_bench.canonical import canonical_json
-from aft_bench.faults import Injector, PlannedFault
-from aft_bench.stages import Stage
-from aft_bench.trace import Trace
-from aft_bench.world import VERSION
+from aft_bench.common import crashpoints
+from aft_bench.common.canonical import canonical_json
+from aft_bench.runtime.faults import Injector, PlannedFault
+from aft_bench.runtime.stages import Stage
+from aft_bench.runtime.trace import Trace
+from aft_bench.world.backend import Backend, BackendError, Guards, ResolvedOp, effect_identity
+from aft_bench.world.manifest import VERSION
+from aft_bench.world.store import Store
 
 Transport = Literal["delivered", "dropped", "interrupted", "lost"]
 
@@ -53,23 +54,35 @@ class Invocation:
 
     inv: str
     request: Request
-    plan: Plan | None
+    resolved: ResolvedOp | None
     effect_id: str | None
     status: str = "accepted"  # accepted|running|suspended|committed|failed|responded
     units_done: int = 0
     response: dict[str, Any] | None = None
     commit_status: str | None = None
+    _fixed_json: str | None = field(default=None, repr=False, compare=False)
 
     def snapshot(self) -> Invocation:
         """A copy for the durable store; fields are replaced, never mutated in place, so shallow suffices."""
         return copy.copy(self)
 
     def to_json(self) -> str:
-        return canonical_json({
-            "inv": self.inv, "request": {**asdict(self.request)}, "plan": asdict(self.plan) if self.plan else None,
-            "effect_id": self.effect_id, "status": self.status, "units_done": self.units_done,
-            "response": self.response, "commit_status": self.commit_status,
-        })
+        """Canonical JSON of the whole record; the parts fixed at admission are serialized once (durable
+        checkpoints happen at every stage and work unit)."""
+        if self._fixed_json is None:
+            r, g, p = self.request, self.request.guards, self.resolved
+            request = {"op": r.op, "args": r.args, "principal": r.principal, "intent": r.intent,
+                       "request_id": r.request_id,
+                       "guards": {"idempotency_key": g.idempotency_key, "expected_version": g.expected_version,
+                                  "authority_at_commit": g.authority_at_commit}}
+            resolved = None if p is None else {
+                "op_name": p.op_name, "args": p.args, "business_args": p.business_args, "targets": p.targets,
+                "parts": p.parts, "work_units": p.work_units}
+            self._fixed_json = (f'"effect_id":{canonical_json(self.effect_id)},"inv":{canonical_json(self.inv)},'
+                                f'"request":{canonical_json(request)},"resolved":{canonical_json(resolved)}')
+        return (f'{{"commit_status":{canonical_json(self.commit_status)},{self._fixed_json},'
+                f'"response":{canonical_json(self.response)},"status":{canonical_json(self.status)},'
+                f'"units_done":{int(self.units_done)}}}')
 
     @classmethod
     def from_json(cls, text: str) -> Invocation:
@@ -77,17 +90,17 @@ class Invocation:
         req = d["request"]
         request = Request(req["op"], req["args"], req["principal"], req["intent"], req["request_id"],
                           Guards(**req["guards"]))
-        p = d["plan"]
-        plan = None if p is None else Plan(p["op_name"], p["args"], p["business_args"], tuple(p["targets"]),
-                                           tuple(p["parts"]), p["work_units"])
-        return cls(d["inv"], request, plan, d["effect_id"], d["status"], d["units_done"], d["response"],
+        p = d["resolved"]
+        resolved = None if p is None else ResolvedOp(p["op_name"], p["args"], p["business_args"],
+                                                     tuple(p["targets"]), tuple(p["parts"]), p["work_units"])
+        return cls(d["inv"], request, resolved, d["effect_id"], d["status"], d["units_done"], d["response"],
                    d["commit_status"])
 
 
 class StoredInvocations(MutableMapping[str, Invocation]):
-    """Durable invocation state kept by a store that offers durable_get/put/keys (the SQLite file)."""
+    """Durable invocation state, kept in the store's durable table (so it survives what the store survives)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._last: dict[str, str] = {}
 
@@ -139,9 +152,7 @@ class Pipeline:
         self.backend = backend
         self.trace = trace
         self.injector = injector
-        store = backend.store
-        durable: MutableMapping[str, Invocation] = StoredInvocations(store) if hasattr(store, "durable_put") else {}
-        self.runtime = Runtime(durable_state=durable_state, durable=durable)
+        self.runtime = Runtime(durable_state=durable_state, durable=StoredInvocations(backend.store))
         self._n_inv = 0
         self._n_req = 0
         self._request_ids: dict[str, str] = {}
@@ -166,13 +177,13 @@ class Pipeline:
 
         try:
             op = self.backend.operation(req.op)
-            plan: Plan | None = self.backend.plan(req.op, req.args)
+            resolved: ResolvedOp | None = self.backend.resolve(req.op, req.args)
             error = None
         except BackendError as exc:
-            op, plan, error = None, None, exc
+            op, resolved, error = None, None, exc
         effect_id = None
-        if op is not None and op.is_write and plan is not None:
-            effect_id = effect_identity(req.op, plan.business_args, req.intent)
+        if op is not None and op.is_write and resolved is not None:
+            effect_id = effect_identity(req.op, resolved.business_args, req.intent)
             earlier = self._effects.setdefault(effect_id, [])
             if earlier and relation == "new":
                 relation = "re_execution"
@@ -182,7 +193,7 @@ class Pipeline:
         self.trace.append("invocation", inv=inv_id, request_id=req.request_id, op=req.op, args=req.args,
                           principal=req.principal, intent=req.intent, effect_id=effect_id, relation=relation,
                           guards=_guards(req.guards))
-        inv = Invocation(inv_id, req, plan, effect_id)
+        inv = Invocation(inv_id, req, resolved, effect_id)
         self.runtime.checkpoint(inv)
         for f in self.injector.on_new_invocation(req.op, inv_id):
             self.trace.append("fault_armed", fault=f.index, kind=f.kind, inv=inv_id)
@@ -221,7 +232,7 @@ class Pipeline:
         info: dict[str, Any] = {"inv": inv_id, "lifecycle": "unknown"}
         if inv is not None:
             info = {"inv": inv_id, "lifecycle": inv.status, "units_done": inv.units_done,
-                    "units_total": inv.plan.work_units if inv.plan else 0,
+                    "units_total": inv.resolved.work_units if inv.resolved else 0,
                     "committed": inv.commit_status == "committed", "effect_id": inv.effect_id}
         self.trace.append("reconciliation", via="status", **info)
         return Delivery(inv_id, "delivered", {"status": "ok", "result": info})
@@ -230,11 +241,11 @@ class Pipeline:
         """Verification: authoritative state evidence for an operation's postcondition (and, given a key,
         whether that key's effect committed)."""
         try:
-            plan = self.backend.plan(op, args)
+            resolved = self.backend.resolve(op, args)
         except BackendError as exc:
             self.trace.append("verification", op=op, args=args, error=exc.code)
             return Delivery(None, "delivered", {"status": "error", "code": exc.code, "detail": exc.detail})
-        evidence = self.backend.evidence(plan)
+        evidence = self.backend.evidence(resolved)
         if idempotency_key is not None:
             evidence["key_committed"] = self.backend.key_committed(idempotency_key)
         self.trace.append("verification", op=op, args=args, evidence=evidence)
@@ -244,7 +255,7 @@ class Pipeline:
         """Recovery handles: the invocations the durable store still knows (empty without durable state)."""
         rows = [
             {"inv": i.inv, "op": i.request.op, "args": i.request.args, "lifecycle": i.status,
-             "units_done": i.units_done, "units_total": i.plan.work_units if i.plan else 0}
+             "units_done": i.units_done, "units_total": i.resolved.work_units if i.resolved else 0}
             for i in sorted(self.runtime.durable.values(), key=lambda i: i.inv)
         ]
         self.trace.append("reconciliation", via="handles", count=len(rows))
@@ -255,21 +266,21 @@ class Pipeline:
         self.trace.append("stage", inv=inv.inv, stage=str(stage), **data)
 
     def _execute(self, inv: Invocation, continuing: bool = False) -> Delivery:
-        assert inv.plan is not None
-        plan = inv.plan
-        op = self.backend.operation(plan.op_name)
+        assert inv.resolved is not None
+        resolved = inv.resolved
+        op = self.backend.operation(resolved.op_name)
         if not continuing:
             inv.status = "running"
-            self._stage(inv, Stage.BACKEND_STARTED, units=plan.work_units)
+            self._stage(inv, Stage.BACKEND_STARTED, units=resolved.work_units)
             for f in self.injector.due(Stage.BACKEND_STARTED, inv.inv):
                 self._fire(f, inv)
         inv.status = "running"
         self.runtime.checkpoint(inv)
-        while inv.units_done < plan.work_units:
+        while inv.units_done < resolved.work_units:
             inv.units_done += 1
-            self.trace.append("work_unit", inv=inv.inv, unit=inv.units_done, of=plan.work_units)
+            self.trace.append("work_unit", inv=inv.inv, unit=inv.units_done, of=resolved.work_units)
             self.runtime.checkpoint(inv)
-            for f in self.injector.due(Stage.BACKEND_STARTED, inv.inv, inv.units_done, plan.work_units):
+            for f in self.injector.due(Stage.BACKEND_STARTED, inv.inv, inv.units_done, resolved.work_units):
                 stop = self._fire(f, inv)
                 if stop is not None:
                     return stop
@@ -278,22 +289,22 @@ class Pipeline:
         suppressed = False
         for f in self.injector.due(Stage.EFFECT_COMMITTED, inv.inv):
             if f.kind == "partial_completion":
-                parts_limit = min(f.parts, max(len(plan.parts) - 1, 0))
-                self._fire(f, inv, parts=parts_limit, parts_total=len(plan.parts))
+                parts_limit = min(f.parts, max(len(resolved.parts) - 1, 0))
+                self._fire(f, inv, parts=parts_limit, parts_total=len(resolved.parts))
             elif f.kind == "false_success":
                 suppressed = True
                 self._fire(f, inv)
 
         if not op.is_write:
-            result = self.backend.read(plan)
+            result = self.backend.read(resolved)
             self._stage(inv, Stage.EFFECT_COMMITTED, effect=None)
             response = {"status": "ok", "result": result}
         elif suppressed:
             self._stage(inv, Stage.EFFECT_COMMITTED, effect=inv.effect_id, suppressed=True)
-            response = {"status": "ok", "result": {"refs": list(plan.targets)}}
+            response = {"status": "ok", "result": {"refs": list(resolved.targets)}}
         else:
             crashpoints.hit("before_commit")
-            outcome = self.backend.commit(plan, effect_id=inv.effect_id or "", invocation=inv.inv,
+            outcome = self.backend.commit(resolved, effect_id=inv.effect_id or "", invocation=inv.inv,
                                           principal=inv.request.principal, guards=inv.request.guards,
                                           parts_limit=parts_limit)
             crashpoints.hit("after_commit")
@@ -301,13 +312,13 @@ class Pipeline:
             if outcome.status == "committed":
                 e = outcome.entry or {}
                 self._stage(inv, Stage.EFFECT_COMMITTED, effect=inv.effect_id)
-                self.trace.append("commit", inv=inv.inv, effect_id=inv.effect_id, op=plan.op_name,
+                self.trace.append("commit", inv=inv.inv, effect_id=inv.effect_id, op=resolved.op_name,
                                   effect=op.effect, principal=e["principal"], authorized=e["authorized"],
                                   targets=e["targets"], parts_realized=e["parts_realized"],
                                   parts_total=e["parts_total"], ledger_index=e["index"])
                 response = {"status": "ok", "result": outcome.result,
-                            "parts_done": len(plan.parts) if parts_limit is not None else len(e["parts_realized"]),
-                            "parts_total": len(plan.parts)}
+                            "parts_done": len(resolved.parts) if parts_limit is not None else len(e["parts_realized"]),
+                            "parts_total": len(resolved.parts)}
             elif outcome.status == "replayed":
                 self.trace.append("commit_replayed", inv=inv.inv, effect_id=inv.effect_id,
                                   ledger_index=(outcome.entry or {}).get("index"))
@@ -347,7 +358,7 @@ class Pipeline:
     def _fire(self, f: PlannedFault, inv: Invocation, **extra: Any) -> Delivery | None:
         """Perform a fault's action on the world/runtime and log it as fired; returns a Delivery if it ends the call."""
         self.injector.fire(f)
-        plan = inv.plan
+        resolved = inv.resolved
         data: dict[str, Any] = {"fault": f.index, "kind": f.kind, "stage": str(f.stage), "inv": inv.inv, **extra}
         if f.kind == "permission_drift":
             op = self.backend.operation(inv.request.op)
@@ -357,7 +368,7 @@ class Pipeline:
             self.trace.append("permission_revoked", principal=inv.request.principal, permission=perm)
             return None
         if f.kind == "stale_state":
-            ref = plan.targets[0] if plan and plan.targets else None
+            ref = resolved.targets[0] if resolved and resolved.targets else None
             self.trace.append("fault_fired", **data, ref=ref)
             if ref is not None:
                 w = self.backend.concurrent_write(ref, f.fields)

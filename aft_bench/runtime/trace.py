@@ -14,8 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from aft_bench.canonical import canonical_json
-from aft_bench.errors import TraceIntegrityError
+from aft_bench.common.canonical import canonical_json
+from aft_bench.common.errors import TraceIntegrityError
 
 GENESIS = "0" * 64
 SEAL = "sealed"

@@ -1,23 +1,33 @@
-"""Tasks tau = (spec, s0, phi, alpha, psi, budget) as data, and the state predicates phi is built from."""
+"""Tasks tau = (spec, s0, phi, alpha, psi, budget) as data, split by audience.
+
+A task file is one flat table per task; in code a `Task` hands out three separate objects: the `Brief` an
+agent is shown (spec text and inputs), the `Script` a scripted controller may follow (its plan, the oracle
+steps), and the `Criteria` only the judge reads (phi, alpha, the operations the task targets). A Brief holds
+plain values only, so nothing an agent receives can reach the criteria or the script.
+"""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.canonical import digest
-from aft_bench.errors import InputError
-from aft_bench.manifest import read_toml, validate
-from aft_bench.world import World
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import InputError
+from aft_bench.world.manifest import World
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Condition(_Strict):
+class Clause(_Strict):
     """One clause of a postcondition: a record field equals a value, or a count of matching records."""
 
     record: str | None = None
@@ -29,7 +39,7 @@ class Condition(_Strict):
     at_least: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
-    def _one_form(self) -> Condition:
+    def _one_form(self) -> Clause:
         field_form = self.record is not None and self.field is not None
         count_form = self.collection is not None and (self.count is not None) != (self.at_least is not None)
         if field_form == count_form:
@@ -104,12 +114,48 @@ class PlanStep(_Strict):
         return self
 
 
+@dataclass(frozen=True)
+class Brief:
+    """The task as an agent sees it: its id, the natural-language spec and any structured inputs."""
+
+    task_id: str
+    spec: str
+    inputs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Script:
+    """What a scripted controller may follow: the interface-independent plan and the oracle call sequence."""
+
+    plan: tuple[PlanStep, ...]
+    oracle: tuple[Step, ...]
+
+
+class Criteria(_Strict):
+    """What only the judge reads: phi (goal), alpha (policy) and the operations the task targets or allows."""
+
+    goal: tuple[Clause, ...]
+    policy: Policy
+    target_ops: tuple[str, ...]
+    allowed_ops: tuple[str, ...]
+    required_capabilities: tuple[str, ...]
+
+    def phi(self, state: dict[str, Any]) -> bool:
+        """The requested postcondition on a backend state."""
+        return all(c.holds(state) for c in self.goal)
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self.required_capabilities or self.target_ops
+
+
 class Task(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     world: str
     spec: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
     state: dict[str, Any] = Field(default_factory=dict)
-    goal: tuple[Condition, ...] = Field(min_length=1)
+    goal: tuple[Clause, ...] = Field(min_length=1)
     policy: Policy = Policy()
     target_ops: tuple[str, ...] = Field(min_length=1)
     allowed_ops: tuple[str, ...] = ()
@@ -119,17 +165,23 @@ class Task(_Strict):
     plan: tuple[PlanStep, ...] = ()
     variants: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def hash(self) -> str:
         return digest(self.model_dump(mode="json"))
 
-    def phi(self, state: dict[str, Any]) -> bool:
-        """The requested postcondition on a backend state."""
-        return all(c.holds(state) for c in self.goal)
+    @cached_property
+    def brief(self) -> Brief:
+        """The agent's view: detached copies of plain values, no reference back to this task."""
+        return Brief(self.id, self.spec, MappingProxyType(copy.deepcopy(self.inputs)))
 
-    @property
-    def capabilities(self) -> tuple[str, ...]:
-        return self.required_capabilities or self.target_ops
+    @cached_property
+    def script(self) -> Script:
+        return Script(self.plan, self.oracle)
+
+    @cached_property
+    def criteria(self) -> Criteria:
+        return Criteria(goal=self.goal, policy=self.policy, target_ops=self.target_ops,
+                        allowed_ops=self.allowed_ops, required_capabilities=self.required_capabilities)
 
 
 class TaskFile(_Strict):

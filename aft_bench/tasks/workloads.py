@@ -8,13 +8,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aft_bench.canonical import digest
-from aft_bench.catalog import all_tools, catalog_world, generate_catalog, load_vocab
-from aft_bench.errors import InputError
-from aft_bench.faults import FaultSchedule, FaultSpec, check_schedule
-from aft_bench.manifest import read_toml, validate
-from aft_bench.tasks import Task, check_tasks
-from aft_bench.world import World, find_world
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import InputError
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec, check_schedule
+from aft_bench.tasks.task import Task, check_tasks
+from aft_bench.world.catalog import all_tools, catalog_world, generate_catalog, load_vocab
+from aft_bench.world.manifest import World, find_world
 
 CATALOG = "catalog"
 

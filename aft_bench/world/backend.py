@@ -8,14 +8,14 @@ the commit point); whoever calls it decides whether to use them. It always recor
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
-from aft_bench.canonical import canonical_json, digest
-from aft_bench.world import VERSION, Operation, World
+from aft_bench.common.canonical import digest
+from aft_bench.world.manifest import VERSION, Operation, World
+from aft_bench.world.store import MemoryStore, Store
 
 PY_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
 
@@ -39,8 +39,8 @@ class Guards:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A resolved invocation: which records it touches, its parts and how much work it takes."""
+class ResolvedOp:
+    """A resolved operation: which records it touches, its parts and how much work it takes."""
 
     op_name: str
     args: dict[str, Any]
@@ -74,78 +74,6 @@ class _Rejected(Exception):
         self.outcome = outcome
 
 
-class MemoryStore:
-    """Backend state as one plain dict; the reference store (and the fastest)."""
-
-    def __init__(self) -> None:
-        self.state: dict[str, Any] = {}
-
-    def load(self, s0: dict[str, Any]) -> None:
-        self.state = s0
-
-    def reopen(self) -> None:
-        """Nothing to reopen: the dict is the backend's own durable state in this simulation."""
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        yield
-
-    def get(self, coll: str, key: str) -> dict[str, Any] | None:
-        rec = self.state["records"][coll].get(key)
-        return dict(rec) if rec is not None else None
-
-    def scan(self, coll: str) -> list[tuple[str, dict[str, Any]]]:
-        return sorted(self.state["records"][coll].items())
-
-    def write(self, coll: str, key: str, values: dict[str, Any], expected_version: int | None = None,
-              force: bool = False) -> tuple[int, int, bool] | None:
-        rec = self.state["records"][coll][key]
-        before = rec[VERSION]
-        if expected_version is not None and before != expected_version:
-            return None
-        changed = force or any(rec.get(f) != v for f, v in values.items())
-        if changed:
-            rec.update(copy.deepcopy(values))
-            rec[VERSION] = before + 1
-        return before, rec[VERSION], changed
-
-    def insert(self, coll: str, key: str, rec: dict[str, Any]) -> None:
-        self.state["records"][coll][key] = copy.deepcopy(rec)
-
-    def bump_counter(self, coll: str) -> int:
-        self.state["counters"][coll] += 1
-        return self.state["counters"][coll]
-
-    def permissions(self, principal: str) -> list[str]:
-        return self.state["permissions"].get(principal, [])
-
-    def revoke(self, principal: str, permission: str) -> None:
-        self.state["permissions"][principal] = [p for p in self.permissions(principal) if p != permission]
-
-    def ledger(self) -> list[dict[str, Any]]:
-        return self.state["ledger"]
-
-    def by_key(self, key: str) -> dict[str, Any] | None:
-        idx = self.state["idempotency"].get(key)
-        return None if idx is None else self.state["ledger"][idx]
-
-    def append(self, entry: dict[str, Any]) -> None:
-        self.state["ledger"].append(entry)
-        if entry["idempotency_key"] is not None:
-            self.state["idempotency"][entry["idempotency_key"]] = entry["index"]
-
-    def compensate(self, op_name: str, ref: str) -> None:
-        for e in self.state["ledger"]:
-            if e["op"] == op_name and any(t["ref"] == ref for t in e["targets"]):
-                e["compensated"] = True
-
-    def snapshot_text(self) -> str:
-        return canonical_json(self.state)
-
-    def view(self) -> dict[str, Any]:
-        return self.state
-
-
 class Backend:
     """A world's operations over a store (in-memory dict or SQLite); `reset` restores s0 exactly.
 
@@ -154,10 +82,10 @@ class Backend:
     in a ledger that is part of its state.
     """
 
-    def __init__(self, world: World, overrides: dict[str, Any] | None = None, store: Any = None) -> None:
+    def __init__(self, world: World, overrides: dict[str, Any] | None = None, store: Store | None = None) -> None:
         self.world = world
         self._overrides = copy.deepcopy(overrides)
-        self.store = store if store is not None else MemoryStore()
+        self.store: Store = store if store is not None else MemoryStore()
         self.reset()
 
     # -- state ---------------------------------------------------------------------------
@@ -194,14 +122,14 @@ class Backend:
     def authorized(self, principal: str, permission: str) -> bool:
         return permission in self.store.permissions(principal)
 
-    # -- planning ------------------------------------------------------------------------
+    # -- resolving ------------------------------------------------------------------------
     def operation(self, op_name: str) -> Operation:
         op = self.world.operations.get(op_name)
         if op is None:
             raise BackendError("unknown_operation", op_name)
         return op
 
-    def plan(self, op_name: str, args: dict[str, Any]) -> Plan:
+    def resolve(self, op_name: str, args: dict[str, Any]) -> ResolvedOp:
         """Check arguments and resolve targets; raises BackendError on bad arguments or missing records."""
         op = self.operation(op_name)
         for name, spec in op.args.items():
@@ -232,19 +160,19 @@ class Backend:
                 raise BackendError("not_found", f"no {op.collection} record matches {where}")
             targets = tuple(_ref(op.collection, k) for k in keys)
             parts = targets
-        return Plan(op_name, dict(args), business, targets, parts, units)
+        return ResolvedOp(op_name, dict(args), business, targets, parts, units)
 
     @staticmethod
     def _bind(template: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
         return {f: (args[v[1:]] if isinstance(v, str) and v.startswith("$") else v) for f, v in template.items()}
 
     # -- reads ---------------------------------------------------------------------------
-    def read(self, plan: Plan) -> dict[str, Any]:
+    def read(self, resolved: ResolvedOp) -> dict[str, Any]:
         """Execute a READ: one record (`read`) or the records matching `where` (`list`)."""
-        op = self.operation(plan.op_name)
+        op = self.operation(resolved.op_name)
         if op.kind == "read":
-            return {"record": self.record(plan.targets[0]), "ref": plan.targets[0]}
-        where = self._bind(op.where, plan.args)
+            return {"record": self.record(resolved.targets[0]), "ref": resolved.targets[0]}
+        where = self._bind(op.where, resolved.args)
         found = [
             {"ref": _ref(op.collection, k), **copy.deepcopy(r)}
             for k, r in self.store.scan(op.collection)
@@ -252,22 +180,22 @@ class Backend:
         ]
         return {"records": found}
 
-    def evidence(self, plan: Plan) -> dict[str, Any]:
+    def evidence(self, resolved: ResolvedOp) -> dict[str, Any]:
         """Authoritative state evidence for a write's own postcondition: do its intended values hold now?
 
         State-level only: it says whether a matching record exists, not which invocation made it.
         """
-        op = self.operation(plan.op_name)
-        values = self._bind(op.set, plan.args)
+        op = self.operation(resolved.op_name)
+        values = self._bind(op.set, resolved.args)
         if not op.is_write:
             return {"holds": True, "parts_done": 0, "parts_total": 0}
         if op.kind in ("create", "job"):
             coll = op.creates or op.collection
-            want = {**values, "source": plan.targets[0]} if op.kind == "job" else values
+            want = {**values, "source": resolved.targets[0]} if op.kind == "job" else values
             found = any(all(r.get(f) == v for f, v in want.items()) for _, r in self.store.scan(coll))
             return {"holds": found, "parts_done": int(found), "parts_total": 1}
-        done = sum(1 for ref in plan.targets if all((self.record(ref) or {}).get(f) == v for f, v in values.items()))
-        return {"holds": done == len(plan.targets), "parts_done": done, "parts_total": len(plan.targets)}
+        done = sum(1 for ref in resolved.targets if all((self.record(ref) or {}).get(f) == v for f, v in values.items()))
+        return {"holds": done == len(resolved.targets), "parts_done": done, "parts_total": len(resolved.targets)}
 
     def key_committed(self, key: str) -> bool:
         """Effect-level evidence: has a write under this idempotency key committed?"""
@@ -288,7 +216,7 @@ class Backend:
     # -- writes --------------------------------------------------------------------------
     def commit(
         self,
-        plan: Plan,
+        resolved: ResolvedOp,
         *,
         effect_id: str,
         invocation: str,
@@ -300,13 +228,13 @@ class Backend:
         and appends it to the ledger. Its commit is the EFFECT_COMMITTED stage."""
         try:
             with self.store.transaction():
-                return self._commit(plan, effect_id, invocation, principal, guards, parts_limit)
+                return self._commit(resolved, effect_id, invocation, principal, guards, parts_limit)
         except _Rejected as r:
             return r.outcome
 
-    def _commit(self, plan: Plan, effect_id: str, invocation: str, principal: str, guards: Guards,
+    def _commit(self, resolved: ResolvedOp, effect_id: str, invocation: str, principal: str, guards: Guards,
                 parts_limit: int | None) -> CommitOutcome:
-        op = self.operation(plan.op_name)
+        op = self.operation(resolved.op_name)
         key = guards.idempotency_key
         if key is not None:
             prior = self.store.by_key(key)
@@ -316,46 +244,46 @@ class Backend:
         authorized = self.authorized(principal, op.permission)
         if guards.authority_at_commit and not authorized:
             raise _Rejected(CommitOutcome("unauthorized", None, f"{principal} lacks {op.permission} at commit"))
-        parts = plan.parts if parts_limit is None else plan.parts[:parts_limit]
-        targets, realized, result = self._apply(op, plan, parts, guards.expected_version)
+        parts = resolved.parts if parts_limit is None else resolved.parts[:parts_limit]
+        targets, realized, result = self._apply(op, resolved, parts, guards.expected_version)
         entry = {
             "index": len(self.store.ledger()),
             "effect_id": effect_id,
-            "op": plan.op_name,
+            "op": resolved.op_name,
             "effect": op.effect,
-            "business_args": plan.business_args,
+            "business_args": resolved.business_args,
             "invocation": invocation,
             "principal": principal,
             "authorized": authorized,
             "idempotency_key": key,
             "targets": targets,
-            "parts_total": len(plan.parts),
+            "parts_total": len(resolved.parts),
             "parts_realized": realized,
             "compensated": False,
             "result": result,
         }
         self.store.append(entry)
-        if op.compensates is not None and op.key is not None and plan.targets:
-            self.store.compensate(op.compensates, plan.targets[0])
+        if op.compensates is not None and op.key is not None and resolved.targets:
+            self.store.compensate(op.compensates, resolved.targets[0])
         return CommitOutcome("committed", copy.deepcopy(entry), "", copy.deepcopy(result))
 
-    def _apply(self, op: Operation, plan: Plan, parts: tuple[str, ...],
+    def _apply(self, op: Operation, resolved: ResolvedOp, parts: tuple[str, ...],
                expected_version: int | None) -> tuple[list, list, dict]:
         """Apply the primitive; returns (targets with versions, effect parts realized, result)."""
-        values = self._bind(op.set, plan.args)
+        values = self._bind(op.set, resolved.args)
         if op.kind in ("create", "job"):
             coll = op.creates or op.collection
             key = f"{op.key_prefix}{self.store.bump_counter(coll)}"
             if op.kind == "job":
-                values = {**values, "source": plan.targets[0]}
+                values = {**values, "source": resolved.targets[0]}
             self.store.insert(coll, key, {**values, VERSION: 1})
             ref = _ref(coll, key)
             touched = [{"ref": ref, "version_before": 0, "version_after": 1}]
             if op.kind == "job":
-                touched = [self._touch(plan.targets[0], {}, None)] + touched
+                touched = [self._touch(resolved.targets[0], {}, None)] + touched
             return touched, ["effect"], {"ref": ref, "record": self.record(ref)}
         touched, realized = [], []
-        for ref in (plan.targets if op.kind == "update" else parts):
+        for ref in (resolved.targets if op.kind == "update" else parts):
             t = self._touch(ref, values, expected_version if op.kind == "update" else None)
             touched.append(t)
             if t["changed"]:

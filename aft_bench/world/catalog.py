@@ -14,12 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aft_bench.canonical import canonical_json, digest
-from aft_bench.errors import InputError
-from aft_bench.manifest import read_toml, validate
-from aft_bench.world import Operation, Principal, World, WorldInfo, WorldManifest
+from aft_bench.common.canonical import canonical_json, digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import InputError
+from aft_bench.common.paths import WORLDS
+from aft_bench.world.manifest import Operation, Principal, World, WorldInfo, WorldManifest
 
-VOCAB_PATH = Path(__file__).resolve().parent.parent / "worlds" / "catalog" / "vocab.toml"
+VOCAB_PATH = WORLDS / "catalog" / "vocab.toml"
 
 
 class Action(BaseModel):

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.canonical import canonical_json, digest
-from aft_bench.errors import FieldProblem, InputError
-from aft_bench.manifest import read_toml, validate
+from aft_bench.common.canonical import canonical_json, digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import FieldProblem, InputError
 
 EffectClass = Literal["read", "reversible", "compensatable", "irreversible"]
 OpKind = Literal["read", "list", "create", "update", "update_many", "job"]

@@ -10,19 +10,22 @@ in the same transaction as the write. WAL journal, synchronous=FULL.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
+import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, Text, create_engine, event, select, text
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.util import LRUCache
 
-from aft_bench.canonical import canonical_json
-from aft_bench.errors import InputError
-from aft_bench.world import VERSION, World
+from aft_bench.common.cache import BoundedCache
+from aft_bench.common.canonical import canonical_json
+from aft_bench.common.errors import InputError
+from aft_bench.world.manifest import VERSION, World
 
 LOCK_TIMEOUT_S = 2.0
 
@@ -53,35 +56,46 @@ def _tables(world: World, meta: MetaData) -> dict[str, Table]:
     return t
 
 
-# Shared per process: table objects per world schema, and SQLAlchemy's compiled-statement cache, so that
-# the thousands of short-lived per-run connections reuse compiled SQL; an empty template file per schema
-# that each run's database starts as a copy of.
-_SCHEMAS: dict[str, tuple[MetaData, dict[str, Table]]] = {}
-_COMPILED: dict[Any, Any] = {}
-_TEMPLATES: dict[str, Path] = {}
+# Shared per process and bounded: table objects per world schema, SQLAlchemy's compiled-statement cache (so
+# the thousands of short-lived per-run connections reuse compiled SQL), and an in-memory database per schema
+# that each run's file starts as a copy of (SQLite's backup API; no template file on disk).
+_SCHEMAS: BoundedCache[str, tuple[MetaData, dict[str, Table]]] = BoundedCache(32)
+_TEMPLATES: BoundedCache[str, sqlite3.Connection] = BoundedCache(32)
+_COMPILED: Any = LRUCache(500)
+_DIALECT = sqlite_dialect()
 
 
 def _schema(world: World) -> tuple[MetaData, dict[str, Table]]:
-    key = world.hash
-    if key not in _SCHEMAS:
+    def make() -> tuple[MetaData, dict[str, Table]]:
         meta = MetaData()
-        _SCHEMAS[key] = (meta, _tables(world, meta))
-    return _SCHEMAS[key]
+        return meta, _tables(world, meta)
+
+    return _SCHEMAS.get(world.hash, make)
 
 
-def _template(world: World) -> Path:
-    """An empty database with this world's schema, made once per process and copied per run."""
-    key = world.hash
-    if key not in _TEMPLATES or not _TEMPLATES[key].exists():
+def _template(world: World) -> sqlite3.Connection:
+    """An empty in-memory database with this world's schema, made once per process and copied per run."""
+    def make() -> sqlite3.Connection:
         meta, _ = _schema(world)
-        path = Path(tempfile.mkdtemp(prefix="aft-schema-")) / "template.sqlite"
-        engine = create_engine(f"sqlite:///{path}")
-        with engine.begin() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-            meta.create_all(conn)
-        engine.dispose()
-        _TEMPLATES[key] = path
-    return _TEMPLATES[key]
+        raw = sqlite3.connect(":memory:", check_same_thread=False)
+        for table in meta.sorted_tables:
+            raw.execute(str(CreateTable(table).compile(dialect=_DIALECT)))
+            for index in table.indexes:
+                raw.execute(str(CreateIndex(index).compile(dialect=_DIALECT)))
+        raw.commit()
+        return raw
+
+    return _TEMPLATES.get(world.hash, make)
+
+
+def _create(path: Path, world: World) -> None:
+    """A new database file holding the world's empty schema, in WAL mode."""
+    dst = sqlite3.connect(path)
+    try:
+        _template(world).backup(dst)
+        dst.execute("PRAGMA journal_mode=WAL")
+    finally:
+        dst.close()
 
 
 class SqliteStore:
@@ -97,13 +111,16 @@ class SqliteStore:
         self._depth = 0
         self._open()
 
+    def __repr__(self) -> str:
+        return f"database {self.path}"
+
     # -- connection ------------------------------------------------------------------------
     def _open(self) -> None:
         existed = self.path.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fresh = not existed
         if not existed:
-            shutil.copyfile(_template(self.world), self.path)
+            _create(self.path, self.world)
         engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": LOCK_TIMEOUT_S})
 
         @event.listens_for(engine, "connect")
@@ -308,7 +325,7 @@ class SqliteStore:
         return [r.inv for r in self._c().execute(select(tb.c.inv).order_by(tb.c.inv))]
 
     # -- labels straight from SQL, to cross-check the trace ------------------------------------
-    def sql_counts(self) -> dict[str, int]:
+    def self_counts(self) -> dict[str, int]:
         """Committed effects, duplicate commits (re-realized effect parts) and unauthorized commits, by SQL."""
         c = self._c()
         commits = c.execute(text("SELECT COUNT(*) FROM ledger")).scalar_one()

@@ -1,0 +1,66 @@
+"""The one agent protocol: every agent, deterministic or model-driven, is driven by the same episode loop.
+
+An agent is started with the brief (the task as an agent sees it) and the tool surface, returns one action
+per `act` (a tool call, or an end with its terminal claim), is told when its process-local state was lost,
+and reports its usage. The protocol is async so that model and network agents are natural; a synchronous
+agent costs one un-suspended `await` per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Protocol, Sequence
+
+from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.tasks.task import Brief
+
+TerminalAction = Literal["finish", "abort", "refuse", "escalate", "budget_exhausted", "none"]
+Claim = Literal["success", "failure", "unknown"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call one tool of the surface."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class End:
+    """End the episode: finish | abort | refuse | escalate (or `none`: the agent stopped without deciding)."""
+
+    action: TerminalAction
+    claim: Claim | None
+
+
+Action = Call | End
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What an agent consumed; usages add (`a + b`), so per-call usage sums to per-episode usage."""
+
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+class Agent(Protocol):
+    """An agent on the one episode loop. It never sees the task's criteria, the faults or the trace."""
+
+    async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
+        """Begin an episode with what the agent may see."""
+
+    async def act(self, observation: Observation | None) -> Action:
+        """The next action, given what the previous call showed (None before the first call)."""
+
+    async def restart(self, surface: Sequence[ToolSpec]) -> None:
+        """The agent's process lost its local state: forget everything but the brief; the surface is shown anew."""
+
+    def usage(self) -> Usage:
+        """Usage so far in this episode."""

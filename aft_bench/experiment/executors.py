@@ -1,0 +1,65 @@
+"""Executors: where a matrix's pending cells run, in this process or in worker processes. Each yields
+(index, kind, data) in matrix order, kind "row" or "failure"; the runner is the single writer.
+
+Worker processes start with `forkserver` (fresh, thread-free processes forked from a clean server), never by
+forking the runner itself, which may hold threads (progress display, HTTP clients of model providers).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+from aft_bench.common.secrets import redact
+from aft_bench.experiment.build import run_cell
+from aft_bench.experiment.config import Matrix, load_matrix
+
+Outcome = tuple[int, str, dict[str, Any]]
+MAX_WORKERS = 64
+CHUNK = 8
+
+
+def attempt(matrix: Matrix, index: int, out: Path) -> tuple[str, dict[str, Any]]:
+    """Run one cell; an exception is an infrastructure failure record, never a result row."""
+    cell = matrix.cells[index]
+    try:
+        return "row", run_cell(matrix, cell, out)
+    except Exception as exc:  # noqa: BLE001 - every harness/backend failure is recorded, then the tuple stays pending
+        return "failure", {"run_id": cell.run_id, **cell.key(), "error": type(exc).__name__,
+                           "message": redact(str(exc))[:2000]}
+
+
+def serial(matrix: Matrix, pending: list[int], out: Path) -> Iterator[Outcome]:
+    for i in pending:
+        kind, data = attempt(matrix, i, out)
+        yield i, kind, data
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(config: str, worlds: str, out: str) -> None:
+    _WORKER.update(matrix=load_matrix(config, Path(worlds)), out=Path(out))
+
+
+def _run_index(i: int) -> Outcome:
+    kind, data = attempt(_WORKER["matrix"], i, _WORKER["out"])
+    return i, kind, data
+
+
+def context() -> Any:
+    """The start method for worker processes: forkserver where the platform has it, else spawn."""
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["aft_bench.experiment.preload"])
+    return ctx
+
+
+def process_pool(matrix: Matrix, pending: list[int], out: Path, workers: int) -> Iterator[Outcome]:
+    """Cells in `workers` processes, each loading the matrix once from its config; results in matrix order."""
+    with ProcessPoolExecutor(workers, mp_context=context(), initializer=_init_worker,
+                             initargs=(str(matrix.path), str(matrix.worlds_dir), str(out))) as pool:
+        yield from pool.map(_run_index, pending, chunksize=CHUNK)

@@ -1,0 +1,97 @@
+"""A run directory held by one runner at a time: its lock, its manifest (refusing a different config), its
+sessions, and the quarantine of what unfinished attempts left behind."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from aft_bench.common.errors import InputError, OutputError
+from aft_bench.experiment.config import Matrix
+from aft_bench.experiment.journal import append_record, read_records
+from aft_bench.experiment.provenance import manifest
+
+
+class RunDirectory:
+    """An output directory held by one runner at a time (an exclusive lock file)."""
+
+    LOCK = ".runner.lock"
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._fh: Any = None
+
+    def __enter__(self) -> RunDirectory:
+        if self.out.exists() and any(self.out.iterdir()) and not (self.out / "manifest.json").exists():
+            raise InputError(self.out, "--out", str(self.out),
+                             "directory holds files but no aft-bench manifest.json; choose a new or empty one")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.out / self.LOCK, "a")
+        except OSError as exc:
+            raise OutputError(self.out, exc) from None
+        try:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.close()
+            raise InputError(self.out, "--out", str(self.out),
+                             "another aft-bench runner is writing this directory; wait for it or choose another") from None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+
+    def admit(self, matrix: Matrix, inputs: dict[str, str], lock_hash: str | None) -> dict[str, Any]:
+        """Write the manifest, or check that the existing one describes the same resolved config."""
+        path = self.out / "manifest.json"
+        fresh = manifest(matrix)
+        fresh.update(inputs=inputs, lock_hash=lock_hash, run_ids=[c.run_id for c in matrix.cells])
+        if path.exists():
+            old = json.loads(path.read_text())
+            diffs = _differences(old, fresh)
+            if diffs:
+                raise InputError(path, "resolved config", diffs[:8],
+                                 "this directory holds results of a different config or inputs; use a new --out")
+            return old
+        _atomic_write(path, json.dumps(fresh, indent=2, sort_keys=True) + "\n")
+        return fresh
+
+    def start_session(self, pending: int) -> int:
+        sessions = read_records(self.out / "sessions.jsonl")
+        n = len(sessions) + 1
+        append_record(self.out / "sessions.jsonl", {"session": n, "pid": os.getpid(), "pending": pending})
+        return n
+
+    def quarantine(self, run_ids: list[str], session: int) -> None:
+        """Move leftovers of unfinished attempts (partial traces, databases) aside, never deleting them."""
+        for sub, suffix in (("traces", ".jsonl"), ("db", ".sqlite")):
+            for rid in run_ids:
+                for f in (self.out / sub).glob(f"{rid}{suffix}*"):
+                    dest = self.out / "quarantine" / f"session-{session}" / sub
+                    dest.mkdir(parents=True, exist_ok=True)
+                    os.replace(f, dest / f.name)
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    out = []
+    for k in sorted(set(old["experiment"]) | set(new["experiment"])):
+        if old["experiment"].get(k) != new["experiment"].get(k):
+            out.append(f"experiment.{k}: {old['experiment'].get(k)!r} -> {new['experiment'].get(k)!r}")
+    oi, ni = old.get("inputs", {}), new.get("inputs", {})
+    out += [f"input {k} changed" for k in sorted(set(oi) | set(ni)) if oi.get(k) != ni.get(k)]
+    if old.get("lock_hash") != new.get("lock_hash"):
+        out.append(f"lock {old.get('lock_hash')} -> {new.get('lock_hash')}")
+    return out
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

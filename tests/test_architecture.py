@@ -1,0 +1,226 @@
+"""The layout is the design: subpackages import only downward (each declares what it may import), the agent's
+view of a task cannot reach the judge's or the script's, frozen code is hashed wherever it moves, and every
+agent runs on the one loop."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import gc
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from aft_bench.agents.protocol import Call, End, Usage
+from aft_bench.common.cache import BoundedCache
+from aft_bench.common.errors import HarnessError
+from aft_bench.episode.episode import Setup, run_sync
+from aft_bench.experiment import executors, freeze
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.runtime.faults import FaultSchedule, FaultSpec
+from aft_bench.tasks.task import Brief, Clause, Criteria, PlanStep, Policy, Script, Step, Task
+from aft_bench.tasks.workloads import load_workloads
+
+from conftest import ROOT, WORLDS, task_of
+
+PACKAGE = ROOT / "aft_bench"
+# From the bottom up: a subpackage may import only subpackages before it.
+ORDER = ["common", "world", "runtime", "interface", "tasks", "judge", "agents", "episode", "experiment", "analysis",
+         "cli"]
+
+
+def _declared(init: Path) -> set[str] | None:
+    """The subpackages an `__init__.py` docstring says may be imported (None: anything)."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    m = re.search(r"May import: (.+?)(?:\n\n|$)", doc, re.S)
+    if m is None:
+        raise AssertionError(f"{init}: the docstring does not say what the subpackage may import")
+    text = m.group(1)
+    if text.startswith("anything"):
+        return None
+    return set(re.findall(r"aft_bench\.([a-z_]+)", text))
+
+
+def _imports(path: Path) -> set[str]:
+    """The aft_bench subpackages a module imports, anywhere in it (functions and TYPE_CHECKING blocks too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "aft_bench" and len(parts) > 1:
+                out.add(parts[1])
+    return out
+
+
+def violations(package: Path, order: list[str]) -> list[str]:
+    """Every import that goes upward or is not declared, and every module outside a subpackage."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if len(rel.parts) == 1:
+            if rel.name != "__init__.py":
+                found.append(f"{rel}: a module outside every subpackage")
+            continue
+        sub = rel.parts[0]
+        if sub not in order:
+            found.append(f"{rel}: subpackage '{sub}' is not in the layer order")
+            continue
+        allowed = _declared(package / sub / "__init__.py")
+        for target in _imports(path) - {sub, "__version__"}:
+            if target not in order or order.index(target) > order.index(sub):
+                found.append(f"{rel}: imports aft_bench.{target}, a layer above '{sub}'")
+            elif allowed is not None and target not in allowed:
+                found.append(f"{rel}: imports aft_bench.{target}, which '{sub}' does not declare")
+    for sub in order:
+        allowed = _declared(package / sub / "__init__.py")
+        for target in allowed or ():
+            if target not in order or order.index(target) >= order.index(sub):
+                found.append(f"{sub}/__init__.py: declares aft_bench.{target}, which is not below it")
+    return found
+
+
+def test_imports_only_go_downward_and_as_declared() -> None:
+    assert violations(PACKAGE, ORDER) == []
+
+
+def test_the_layer_check_catches_an_upward_and_an_undeclared_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "aft_bench"
+    for sub, may in (("low", "nothing from aft_bench."), ("mid", "aft_bench.low."), ("high", "aft_bench.low.")):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text(f'"""A layer.\n\nMay import: {may}\n"""\n')
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("from aft_bench.mid import b\n")  # upward
+    (pkg / "high" / "c.py").write_text("def f():\n    from aft_bench.mid.b import x\n")  # below, undeclared
+    (pkg / "mid" / "b.py").write_text("import aft_bench.low.a\n")  # fine
+    (pkg / "flat.py").write_text("")
+    found = violations(pkg, ["low", "mid", "high"])
+    assert any("low/a.py: imports aft_bench.mid, a layer above" in f for f in found)
+    assert any("high/c.py: imports aft_bench.mid, which 'high' does not declare" in f for f in found)
+    assert any("flat.py: a module outside every subpackage" in f for f in found)
+    assert not any(f.startswith("mid/b.py") for f in found)
+
+
+# -- the task split by audience ----------------------------------------------------------------------------
+HIDDEN = (Task, Criteria, Script, PlanStep, Step, Clause, Policy)
+
+
+def _reachable(root: Any) -> list[Any]:
+    seen, todo, out = {id(root)}, [root], []
+    while todo:
+        obj = todo.pop()
+        out.append(obj)
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, type) and not callable(ref):
+                seen.add(id(ref))
+                todo.append(ref)
+    return out
+
+
+def test_the_brief_cannot_reach_criteria_script_or_task() -> None:
+    tasks = [t for wl in load_workloads(WORLDS).items.values() for t in wl.tasks]
+    assert len(tasks) >= 50
+    for task in tasks:
+        brief = task.brief
+        assert isinstance(brief, Brief) and set(vars(brief)) == {"task_id", "spec", "inputs"}
+        leaked = [type(o).__name__ for o in _reachable(brief) if isinstance(o, HIDDEN)]
+        assert leaked == [], (task.id, leaked)
+        assert task.criteria.goal == task.goal and task.script.plan == task.plan
+
+
+def test_the_reachability_check_finds_a_leak() -> None:
+    task = load_workloads(WORLDS).get("response_loss").tasks[0]
+    leaky = Brief(task.id, task.spec, {"hint": task.criteria})
+    assert any(isinstance(o, Criteria) for o in _reachable(leaky))
+    with pytest.raises(TypeError):
+        task.brief.inputs["x"] = 1  # type: ignore[index]
+
+
+# -- one loop for every agent ---------------------------------------------------------------------------------
+class ForeverReader:
+    """A model-like agent that suspends on every step and reads the same record until stopped."""
+
+    def __init__(self) -> None:
+        self.restarts = 0
+        self.shown: list[str] = []
+
+    async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
+        self.shown = [t.name for t in surface]
+
+    async def act(self, observation: Observation | None) -> Call | End:
+        await asyncio.sleep(0)  # really suspends: the loop runs it on an event loop
+        return Call("get_order", {"order_id": "o1"})
+
+    async def restart(self, surface: Sequence[ToolSpec]) -> None:
+        self.restarts += 1
+
+    def usage(self) -> Usage:
+        return Usage(model_calls=2, prompt_tokens=10) + Usage(model_calls=1, completion_tokens=5, cost_usd=0.5)
+
+
+def test_an_async_agent_runs_on_the_loop_and_the_budget_ends_it(worlds) -> None:
+    world, task = task_of(worlds, "payments/charge-o1")
+    agent = ForeverReader()
+    result = run_sync(Setup(world, task, mechanisms=load_conditions().resolve("I0")), agent)
+    assert "charge_payment" in agent.shown and "verify_effect" not in agent.shown
+    assert result.played.tool_calls == task.budget and result.played.turns == task.budget + 1
+    assert result.labels.terminal_action == "budget_exhausted" and result.labels.terminal_claim is None
+    assert result.played.usage == Usage(model_calls=3, prompt_tokens=10, completion_tokens=5, cost_usd=0.5)
+
+
+def test_state_loss_restarts_the_agent_once_and_the_trace_says_so(worlds) -> None:
+    world, task = task_of(worlds, "exports/export-d1")
+    agent = ForeverReaderOfExports()
+    sched = FaultSchedule(id="sl", faults=(FaultSpec(kind="state_loss", op="start_export", unit=1),))
+    result = run_sync(Setup(world, task, sched, mechanisms=load_conditions().resolve("I4")), agent)
+    assert agent.restarts == 1 and agent.lost_seen == 1
+    assert [e.kind for e in result.events].count("agent_restart") == 1
+
+
+class ForeverReaderOfExports(ForeverReader):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost_seen = 0
+        self.sent = False
+
+    async def act(self, observation: Observation | None) -> Call | End:
+        if observation is not None and observation.lost:
+            self.lost_seen += 1
+        if not self.sent:
+            self.sent = True
+            return Call("start_export", {"dataset_id": "d1", "format": "csv"})
+        return End("finish", "unknown")
+
+
+# -- seams ------------------------------------------------------------------------------------------------------
+def test_frozen_code_is_every_module_of_the_frozen_subpackages_by_relative_path() -> None:
+    files = freeze.frozen_code()
+    expected = sorted(p for sub in freeze.FROZEN_CODE for p in (PACKAGE / sub).rglob("*.py"))
+    assert sorted(files) == expected and len(files) > 20
+    names = {p.relative_to(PACKAGE).as_posix() for p in files}
+    assert {"runtime/pipeline.py", "agents/deterministic.py", "judge/labels.py"} <= names
+
+
+def test_a_missing_frozen_subpackage_is_an_error_not_a_skip(monkeypatch) -> None:
+    monkeypatch.setattr(freeze, "FROZEN_CODE", (*freeze.FROZEN_CODE, "vanished"))
+    with pytest.raises(HarnessError, match="vanished"):
+        freeze.frozen_code()
+
+
+def test_workers_never_fork_the_runner() -> None:
+    assert executors.context().get_start_method() in ("forkserver", "spawn")
+
+
+def test_bounded_cache_keeps_the_most_recent() -> None:
+    cache: BoundedCache[int, int] = BoundedCache(2)
+    made = []
+
+    def make(k: int) -> Any:
+        return lambda: made.append(k) or k * 10
+
+    assert [cache.get(k, make(k)) for k in (1, 2, 1, 3, 1, 2)] == [10, 20, 10, 30, 10, 20]
+    assert made == [1, 2, 3, 2] and len(cache) == 2  # 2 was evicted by 3 (1 was used more recently)
