@@ -48,7 +48,11 @@ calibrate: $(STAMP)
 smoke: $(STAMP)
 	rm -rf results/smoke && $(BIN)/aft-bench run configs/smoke.toml --out results/smoke && $(BIN)/aft-bench summarize results/smoke
 
+# the last commit before the subpackage layout and the one episode loop: per-episode overhead is compared with it
+BENCH_AGAINST ?= 2281ba7
+
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_episode.py configs/paper_deterministic.toml --against $(BENCH_AGAINST)
 	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_backends.py
