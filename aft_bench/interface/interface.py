@@ -53,7 +53,7 @@ class Interface:
     def __post_init__(self) -> None:
         world = self.pipeline.backend.world
         key = (world.hash, self.mechanisms)
-        self.business = _BUSINESS.get(key, lambda: {name: self._business_tool(name) for name in sorted(world.operations)})
+        self.business = _BUSINESS.get(key, lambda: {n: self._business_tool(n) for n in sorted(world.operations)})
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
         self._key = key
         self._reset_loaded()
