@@ -45,7 +45,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
     primary = pd.read_csv(a / "primary.csv")
     assert list(primary.columns) == PRIMARY_COLUMNS
     assert list(primary["comparison"]) == PRIMARY_ORDER
-    assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification"]
+    assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification",
+                                                                       "discovery_correctness", "discovery_wrong_tool"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

@@ -41,7 +41,7 @@ class Options:
     seed: int = 0
     resamples: int = 2000
     permutations: int = 10_000
-    flip_unit: str = "pair"
+    flip_unit: str = "cluster"
     level: float = 0.95
 
 
@@ -52,7 +52,7 @@ def _seed(opts: Options, *parts: Any) -> int:
 
 
 def _needed_columns(comps: tuple[Comparison, ...]) -> list[str]:
-    return sorted(set(PAIR_KEYS) | {"run_id", "condition"} | {c.endpoint for c in comps})
+    return sorted(set(PAIR_KEYS) | {"run_id", "condition"} | {c.endpoint for c in comps} | set(DISCOVERY_ENDPOINTS))
 
 
 def current_lock(directory: Path) -> str | None:
@@ -88,9 +88,10 @@ def estimate(pairs: pd.DataFrame, comp: Comparison, opts: Options, tag: str = ""
     """Pairs, mean utility difference, clustered CI and permutation p for one set of pairs."""
     n = len(pairs)
     if n == 0:
-        return {"pairs": 0, "utility_diff": None, "ci_low": None, "ci_high": None, "p_raw": None}
+        return {"pairs": 0, "clusters": 0, "utility_diff": None, "ci_low": None, "ci_high": None, "p_raw": None}
     d = pairs["utility_diff"].to_numpy(float)
     clusters = pairs["task_id"].to_numpy()
+    spread = pairs.groupby("task_id")["utility_diff"].agg(["size", "nunique"])
     lo, hi = cluster_bootstrap_ci(d, clusters, opts.resamples, _seed(opts, comp.id, tag, "boot"), opts.level)
     if comp.test == "noninferiority":
         test = sign_flip_test(d, clusters, unit=opts.flip_unit, n_permutations=opts.permutations,  # type: ignore[arg-type]
@@ -98,30 +99,41 @@ def estimate(pairs: pd.DataFrame, comp: Comparison, opts: Options, tag: str = ""
     else:
         test = sign_flip_test(d, clusters, unit=opts.flip_unit, n_permutations=opts.permutations,  # type: ignore[arg-type]
                               alternative="two-sided", seed=_seed(opts, comp.id, tag, "perm"))
-    return {"pairs": n, "utility_diff": float(d.mean()), "ci_low": lo, "ci_high": hi, "p_raw": test.pvalue,
-            "exact": test.exact}
+    return {"pairs": n, "clusters": int(len(spread)), "utility_diff": float(d.mean()), "ci_low": lo, "ci_high": hi,
+            "p_raw": test.pvalue, "exact": test.exact, "flip_unit": opts.flip_unit,
+            # replicates inside every cluster agree: the pairs are copies, the clusters are the sample
+            "pseudo_replicated": bool((spread["size"] > 1).any() and (spread["nunique"] == 1).all())}
 
 
 def _criterion(row: dict[str, Any], comp: Comparison, p_key: str) -> bool | None:
     p = row.get(p_key)
     if p is None or (isinstance(p, float) and np.isnan(p)):
         return None
-    if comp.test == "noninferiority":
-        return bool(p < ALPHA)
+    if comp.test == "noninferiority":  # the test and the interval must both clear the margin
+        low = row.get("ci_low")
+        return bool(p < ALPHA and low is not None and low > -(comp.margin or 0.0))
     return bool(p < ALPHA and (row["utility_diff"] or 0) > 0)
 
 
 def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
-    """Event counts per arm for count endpoints, with a Clopper-Pearson upper bound on the run rate."""
+    """Event counts per arm for count endpoints, with Clopper-Pearson upper bounds on the rate of runs and
+    of task clusters with an event (runs of one cluster are not independent; the cluster bound is the
+    honest one when replicates repeat each other)."""
     if comp.endpoint not in COUNT_ENDPOINTS:
         return {}
     out: dict[str, Any] = {}
     for arm, cond in (("treatment", comp.treatment), ("control", comp.control)):
         runs = df[(df["workload"] == comp.workload) & (df["condition"] == cond)]
-        hit = int((runs[comp.endpoint].astype(float) > 0).sum())
+        event = runs[comp.endpoint].astype(float) > 0
+        hit = int(event.sum())
         out[f"{arm}_runs_with_event"] = hit
         out[f"{arm}_runs"] = int(len(runs))
         out[f"{arm}_rate_upper95"] = clopper_pearson_upper(hit, len(runs)) if len(runs) else None
+        by_cluster = event.groupby(runs["task_id"]).any()
+        out[f"{arm}_clusters_with_event"] = int(by_cluster.sum())
+        out[f"{arm}_clusters"] = int(len(by_cluster))
+        out[f"{arm}_cluster_rate_upper95"] = (clopper_pearson_upper(int(by_cluster.sum()), len(by_cluster))
+                                              if len(by_cluster) else None)
     return out
 
 
@@ -153,9 +165,12 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
             for left in models:
                 sub = pairs[pairs["model"] != left]
                 lomo.append({"left_out": left, "comparison": comp.id, **estimate(sub, comp, opts, f"lomo={left}")})
-    adj = holm(np.array([np.nan if r["p_raw"] is None else r["p_raw"] for r in primary]))
+    # The Holm family is the configured primary set: a comparison without runs keeps its place (as p = 1),
+    # so a missing one can never make the others look stronger; the analysis says the family is incomplete.
+    missing = [r["comparison"] for r in primary if r["p_raw"] is None]
+    adj = holm(np.array([1.0 if r["p_raw"] is None else r["p_raw"] for r in primary]))
     for r, p in zip(primary, adj):
-        r["p_adjusted"] = _none(float(p))
+        r["p_adjusted"] = None if r["p_raw"] is None else float(p)
         r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_adjusted")
     for r in secondary:
         r["p_adjusted"] = None  # outside the Holm family: reported unadjusted
@@ -169,10 +184,31 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
     pairs_df = pd.concat(all_pairs, ignore_index=True) if all_pairs else _empty_pairs()
     meta = {**asdict(opts), "alpha": ALPHA, "input": str(directory / "results.parquet"),
             "input_sha256": hashlib.sha256((directory / "results.parquet").read_bytes()).hexdigest(),
-            "comparisons": [c.model_dump(mode="json") for c in comps]}
-    tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo, "meta": meta}
+            "comparisons": [c.model_dump(mode="json") for c in comps],
+            "holm_family": {"size": len(primary), "missing": missing, "complete": not missing},
+            "pseudo_replicated": [r["comparison"] for r in primary + secondary if r.get("pseudo_replicated")]}
+    tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo,
+              "discovery": discovery_by_size(df, comps), "meta": meta}
     _write(directory, tables, pairs_df)
     return tables
+
+
+DISCOVERY_ENDPOINTS = ("context_tokens", "recall", "y_correct", "unintended_effects")
+
+
+def discovery_by_size(df: pd.DataFrame, comps: tuple[Comparison, ...]) -> list[dict[str, Any]]:
+    """Per catalog size and arm of the discovery comparisons: mean context tokens, recall, correctness and
+    wrong-tool effects side by side, so a token saving is never read without what it cost."""
+    comp = next((c for c in comps if c.endpoint == "context_tokens"), None)
+    if comp is None:
+        return []
+    sub = df[(df["workload"] == comp.workload) & df["condition"].isin([comp.treatment, comp.control])]
+    cols = [c for c in DISCOVERY_ENDPOINTS if c in sub.columns]
+    out = []
+    for (size, cond), g in sub.groupby(["catalog_size", "condition"], sort=True):
+        out.append({"catalog_size": int(size), "condition": cond, "runs": int(len(g)),
+                    **{c: float(g[c].astype(float).mean()) for c in cols}})
+    return out
 
 
 def _by_id(comps: tuple[Comparison, ...], cid: str) -> Comparison:
@@ -190,6 +226,7 @@ CSV_COLUMNS = {
     "per_model": ["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh",
                   "treatment_mean", "control_mean", "interaction"],
     "lomo": ["left_out", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw"],
+    "discovery": ["catalog_size", "condition", "runs", *DISCOVERY_ENDPOINTS],
 }
 
 
@@ -213,15 +250,26 @@ def _write(directory: Path, tables: dict[str, Any], pairs: pd.DataFrame) -> None
         raise
 
 
-def format_table3(primary: list[dict[str, Any]]) -> str:
-    """Table 3 for the terminal."""
-    head = f"{'comparison':<24}{'pairs':>6}  {'utility diff':>13}  {'95% task-clustered CI':>26}  {'p raw':>8}  {'p Holm':>8}  met"
+def format_table3(primary: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
+    """Table 3 for the terminal, with the inference unit and any incompleteness of the Holm family."""
+    head = (f"{'comparison':<24}{'pairs':>6}{'clusters':>9}  {'utility diff':>13}  {'95% task-clustered CI':>26}  "
+            f"{'p raw':>8}  {'p Holm':>8}  met")
     lines = [head, "-" * len(head)]
     for r in primary:
         if not r["pairs"]:
-            lines.append(f"{r['comparison']:<24}{0:>6}  {'missing':>13}")
+            lines.append(f"{r['comparison']:<24}{0:>6}{0:>9}  {'missing':>13}")
             continue
         ci = f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
-        lines.append(f"{r['comparison']:<24}{r['pairs']:>6}  {r['utility_diff']:>13.4f}  {ci:>26}  "
+        lines.append(f"{r['comparison']:<24}{r['pairs']:>6}{r['clusters']:>9}  {r['utility_diff']:>13.4f}  {ci:>26}  "
                      f"{r['p_raw']:>8.4f}  {r['p_adjusted']:>8.4f}  {'yes' if r['criterion_met'] else 'no'}")
+    if meta is not None:
+        unit = meta["flip_unit"]
+        lines.append("p values: sign flips of whole task clusters" if unit == "cluster" else
+                     "p values: sign flips of single pairs (the paper's method; treats replicates as independent)")
+        if not meta["holm_family"]["complete"]:
+            lines.append("Holm family incomplete: no runs for " + ", ".join(meta["holm_family"]["missing"])
+                         + " (counted as p = 1)")
+        if meta["pseudo_replicated"]:
+            lines.append("replicates identical within every cluster (the clusters are the sample): "
+                         + ", ".join(meta["pseudo_replicated"]))
     return "\n".join(lines)

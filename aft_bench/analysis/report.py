@@ -46,7 +46,7 @@ def _load(directory: Path) -> dict[str, Any]:
     if not (adir / "primary.json").exists():
         raise InputError(adir, "<dir>", str(adir), "no analysis here (run `aft-bench analyze` first)")
     return {name: json.loads((adir / f"{name}.json").read_text())
-            for name in ("primary", "secondary", "per_model", "lomo", "meta")}
+            for name in ("primary", "secondary", "per_model", "lomo", "discovery", "meta")}
 
 
 def _reference() -> dict[str, Any]:
@@ -61,7 +61,8 @@ def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adj
         pr = ref.get(r["comparison"], {})
         ci = "–" if r["ci_low"] is None else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
         ref_text = "–" if not pr else f"{pr['utility_diff']} [{pr['ci'][0]}, {pr['ci'][1]}] (n={pr['pairs']})"
-        out.append({"comparison": r["comparison"], "pairs": r["pairs"], "utility diff": _fmt(r["utility_diff"]),
+        out.append({"comparison": r["comparison"], "pairs": r["pairs"], "clusters": r.get("clusters"),
+                    "utility diff": _fmt(r["utility_diff"]),
                     "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
                     "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
                     "criterion met": _fmt(r["criterion_met"]), "paper (reference)": ref_text})
@@ -163,16 +164,33 @@ def build(directory: Path) -> list[Section]:
     out_dir = directory / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = data["meta"]
+    unit = ("whole task clusters flipped together (the clusters are the sample)" if meta["flip_unit"] == "cluster"
+            else "single pairs flipped independently (the paper's method; it treats replicates of a task as "
+                 "independent and overstates the evidence when they repeat each other)")
+    notes = []
+    if not meta["holm_family"]["complete"]:
+        notes.append(f"The Holm family is incomplete: no runs for {', '.join(meta['holm_family']['missing'])}, "
+                     f"counted as p = 1.")
+    if meta["pseudo_replicated"]:
+        notes.append(f"Pseudo-replication: within every task cluster the replicates give the same difference for "
+                     f"{', '.join(meta['pseudo_replicated'])}; the number of clusters, not of pairs, is the "
+                     f"sample size there.")
     sections = [Section(
         "Primary comparisons (Table 3)",
         f"Paired utility differences (positive favours the agent-first treatment), task-clustered "
         f"{meta['resamples']}-resample percentile bootstrap intervals, paired sign-flip permutation tests "
-        f"({meta['permutations']} flips per {meta['flip_unit']}, seed {meta['seed']}), Holm across the primary "
-        f"family; discovery recall is a one-sided non-inferiority test at its margin. The last column is the "
-        f"paper's reported value for reference only (a different evidence layer).",
-        _table3(data["primary"], ref))]
+        f"({meta['permutations']} flips, seed {meta['seed']}; {unit}), Holm across the primary family; discovery "
+        f"recall is a one-sided non-inferiority test at its margin (p and the interval's lower bound). The last "
+        f"column is the paper's reported value for reference only (a different evidence layer). "
+        + " ".join(notes), _table3(data["primary"], ref))]
     sections.append(Section("Secondary comparison", "Outside the Holm family; unadjusted p.",
                             _table3(data["secondary"], ref, "p_raw")))
+    disc = pd.DataFrame(data["discovery"])
+    sections.append(Section("Discovery by catalog size",
+                            "Means per catalog size and arm: context tokens beside recall, policy correctness "
+                            "(y_correct) and wrong-tool effects (unintended_effects)." if len(disc) else
+                            "Not available: these results hold no discovery runs.",
+                            disc.map(_fmt) if len(disc) else None))
     fig2 = out_dir / "fig2_primary_effects.png"
     if _figure2(data["primary"], fig2):
         sections.append(Section("Figure 2: pooled primary effects", image=fig2.name))

@@ -142,7 +142,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     opts = Options(seed=args.seed, resamples=args.resamples, permutations=args.permutations, flip_unit=args.flip_unit)
     tables = analyze(Path(args.dir), opts, include_stale=args.include_stale_lock)
-    print(format_table3(tables["primary"]))
+    print(format_table3(tables["primary"], tables["meta"]))
     print(f"\nanalysis: {Path(args.dir) / 'analysis'}")
     return 0
 
@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of task clusters")
     a.add_argument("--permutations", type=int, default=10_000, help="random sign flips")
-    a.add_argument("--flip-unit", choices=["pair", "cluster"], default="pair")
+    a.add_argument("--flip-unit", choices=["pair", "cluster"], default="cluster",
+                   help="sign-flip whole task clusters (default) or single pairs (the paper's method)")
     a.add_argument("--include-stale-lock", action="store_true",
                    help="keep rows made before the config's current evidence freeze")
     a.set_defaults(func=cmd_analyze)
