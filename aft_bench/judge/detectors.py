@@ -15,6 +15,8 @@ DETECTORS: dict[str, Detector] = {
     "stale_write": lambda lb: lb.stale_writes > 0,
     "unintended_effect": lambda lb: lb.unintended_effects > 0,
     "residual_effect": lambda lb: lb.residual_effects > 0,
+    "unsafe_commit": lambda lb: lb.unsafe_commits > 0,
+    "incorrect_claim": lambda lb: lb.incorrect_claim,
     "false_success": lambda lb: lb.false_success,
     "false_failure": lambda lb: lb.false_failure,
     "other_incorrect_claim": lambda lb: lb.other_incorrect_claim,
