@@ -111,3 +111,90 @@ def test_guarded_effects_turn_drift_into_refusal(worlds) -> None:
     assert guarded.call("refund_payment", args).content["error"] == "unauthorized"
     assert weak.call("refund_payment", args).content["status"] == "ok"
     assert weak.pipeline.backend.state["ledger"][0]["authorized"] is False
+
+
+# Removing a mechanism removes exactly its affordances, on the world of every workload.
+AFFORDANCES = {  # tools it adds, business parameters it adds
+    "observability": ({"get_invocation_status"}, set()),
+    "resume": ({"resume_invocation"}, set()),
+    "durable": ({"list_invocations"}, set()),
+    "verification": ({"verify_effect"}, set()),
+    "effects": (set(), {"idempotency_key", "expected_version"}),
+    "guards": (set(), {"expected_version"}),
+    "structured": (set(), set()),
+}
+
+
+def _workload_worlds():
+    from aft_bench.tasks.workloads import load_workloads, world_for
+
+    from conftest import WORLDS
+
+    for wl in load_workloads(WORLDS).items.values():
+        task = wl.tasks[0]
+        yield wl.id, world_for(wl, task, 10 if wl.info.catalog_sizes else None, 0), task
+
+
+def _tools(world, task, condition: str) -> dict[str, set[str]]:
+    mech = CONDS.resolve(condition)
+    iface = Interface(open_pipeline(world, task, FaultSchedule(id="t"), 0, Trace(), durable_state=mech.durable), mech)
+    tools = {t.name: set(t.parameters["properties"]) for t in iface.lifecycle.values()}
+    tools.update({name: set(t.parameters["properties"]) for name, t in iface.business.items()})
+    return tools
+
+
+@pytest.mark.parametrize("mechanism", sorted(AFFORDANCES))
+def test_a_removal_takes_away_exactly_its_affordances_on_every_workload(mechanism: str) -> None:
+    extra_tools, extra_params = AFFORDANCES[mechanism]
+    for wid, world, task in _workload_worlds():
+        full, removed = _tools(world, task, "I5"), _tools(world, task, f"I5-{mechanism}")
+        assert set(full) - set(removed) == extra_tools and set(removed) <= set(full), (wid, mechanism)
+        for name, params in removed.items():
+            assert full[name] - params <= extra_params and params <= full[name], (wid, mechanism, name)
+        writes = [n for n, op in world.operations.items()  # version preconditions exist for updates only
+                  if op.is_write and (mechanism != "guards" or op.kind == "update")]
+        if extra_params and writes:
+            assert any(full[n] - removed[n] for n in writes), (wid, mechanism)
+
+
+class Recorder:
+    """The deterministic agent, recording every observation it is given."""
+
+    def __init__(self, task) -> None:
+        from aft_bench.agents.deterministic import DeterministicAgent, Params
+
+        self.inner = DeterministicAgent(Params(), task.script)
+        self.seen: list = []
+
+    async def start(self, brief, surface) -> None:
+        await self.inner.start(brief, surface)
+
+    async def restart(self, surface) -> None:
+        await self.inner.restart(surface)
+
+    async def act(self, observation):
+        if observation is not None:
+            self.seen.append(observation)
+        return await self.inner.act(observation)
+
+    def usage(self):
+        return self.inner.usage()
+
+
+def test_no_structured_value_reaches_a_text_condition() -> None:
+    from aft_bench.episode.episode import Setup, run_sync
+    from aft_bench.tasks.workloads import load_workloads, world_for
+
+    from conftest import WORLDS
+
+    seen = 0
+    for wl in load_workloads(WORLDS).items.values():
+        for task in wl.tasks:
+            for variant in wl.variants_for(task):
+                world = world_for(wl, task, 10 if wl.info.catalog_sizes else None, 0)
+                agent = Recorder(task)
+                run_sync(Setup(world, task, wl.schedule(variant, task), 0, CONDS.resolve("I5-structured")), agent)
+                for obs in agent.seen:
+                    assert isinstance(obs.content, str) or (obs.lost and obs.content is None), (wl.id, obs)
+                seen += len(agent.seen)
+    assert seen > 100

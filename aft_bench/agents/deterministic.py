@@ -24,6 +24,7 @@ Process-local state loss is modelled by dropping this state and calling `init(re
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -97,26 +98,40 @@ def init(task_id: str, plan: tuple[PlanStep, ...], surface: Sequence[ToolSpec], 
                  max_attempts=max_attempts)
 
 
-# -- reading observations (structured dicts or text) ------------------------------------------
-def _kind(obs: Observation) -> str:
+# -- reading observations (structured dicts, or the text forms a competent client can parse) ----------
+def _read(obs: Observation) -> dict[str, Any]:
+    """An observation as a dict. Text results are read as carefully as their form allows: `OK: <json>`,
+    `ERROR <code>: <detail>`, `INTERRUPTED: <invocation> [resumable]`, `TIMEOUT: ...`. What text does not
+    carry (effect summaries, part counts, invocation ids of completed calls) stays unknown."""
     c = obs.content
     if isinstance(c, dict):
-        return str(c.get("status"))
-    text = str(c)
-    return "ok" if text.startswith("OK") else "timeout" if text.startswith("TIMEOUT") else "error"
+        return c
+    head, _, rest = str(c).partition(": ")
+    if head == "OK":
+        try:
+            result = json.loads(rest)
+        except ValueError:
+            result = None
+        return {"status": "ok", "result": result if isinstance(result, dict) else {}}
+    if head.startswith("ERROR"):
+        return {"status": "error", "error": head.removeprefix("ERROR").strip(), "detail": rest}
+    if head == "INTERRUPTED":
+        words = rest.split()
+        return {"status": "interrupted", "invocation_id": words[0] if words else None,
+                "resumable": "resumable" in words[1:]}
+    return {"status": "timeout"}
+
+
+def _kind(obs: Observation) -> str:
+    return str(_read(obs).get("status"))
 
 
 def _code(obs: Observation) -> str:
-    c = obs.content
-    if isinstance(c, dict):
-        return str(c.get("error", ""))
-    text = str(c)
-    return text.split(":", 1)[0].removeprefix("ERROR ").strip() if text.startswith("ERROR") else ""
+    return str(_read(obs).get("error", ""))
 
 
 def _result(obs: Observation) -> dict[str, Any]:
-    c = obs.content
-    return c.get("result") or {} if isinstance(c, dict) else {}
+    return _read(obs).get("result") or {}
 
 
 def _has(s: State, tool: str) -> bool:
@@ -227,8 +242,8 @@ def _send(s: State, same_key: bool = True) -> tuple[State, Action]:
 
 def _sent(s: State, obs: Observation | None) -> tuple[State, Action]:
     assert obs is not None
-    kind = _kind(obs)
-    content = obs.content if isinstance(obs.content, dict) else {}
+    content = _read(obs)
+    kind = str(content.get("status"))
     if kind == "ok":
         if not _writes(s):
             return _next(_remember_versions(s, _result(obs)))

@@ -163,7 +163,7 @@ class Interface:
         shown = [{"name": n, "card": self.business[n].card()} for n in top]
         self.pipeline.trace.append("discovered", query=args.get("query"), tools=top,
                                    tokens=count_tokens(canonical_json(shown)))
-        return Observation({"status": "ok", "result": {"tools": shown}})
+        return self._ok({"tools": shown})
 
     def _t_describe_tool(self, args: dict[str, Any]) -> Observation:
         name = str(args.get("name"))
@@ -173,9 +173,14 @@ class Interface:
         schema = self.business[name].schema()
         self.materialized.add(name)
         self.pipeline.trace.append("materialize", tools=[name], tokens=count_tokens(canonical_json(schema)))
-        return Observation({"status": "ok", "result": schema})
+        return self._ok(schema)
 
     # -- rendering ------------------------------------------------------------------------------
+    def _ok(self, result: dict[str, Any]) -> Observation:
+        if self.mechanisms.structured:
+            return Observation({"status": "ok", "result": result})
+        return Observation(f"OK: {canonical_json(result)}")
+
     def _error(self, code: str, detail: str) -> Observation:
         if self.mechanisms.structured:
             return Observation({"status": "error", "error": code, "detail": detail})
@@ -191,12 +196,14 @@ class Interface:
         if d.transport == "dropped" or (d.transport == "interrupted" and not lifecycle):
             return Observation({"status": "timeout"} if m.structured else "TIMEOUT: no response")
         if d.transport == "interrupted":
+            if not m.structured:
+                return Observation(f"INTERRUPTED: {d.invocation}{' resumable' if m.resume else ''}")
             return Observation({"status": "interrupted", "invocation_id": d.invocation, "resumable": m.resume})
         r = d.response or {}
         if not m.structured:
             if r.get("status") == "ok":
-                return Observation(f"OK: {canonical_json(r.get('result'))}")
-            return Observation(f"ERROR {r.get('code')}: {r.get('detail', '')}")
+                return self._ok(r.get("result"))
+            return self._error(str(r.get("code")), str(r.get("detail", "")))
         out: dict[str, Any] = {"status": r.get("status")}
         if r.get("status") == "ok":
             out["result"] = r.get("result")
