@@ -35,8 +35,9 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## gate: the CI regression gate: run configs/ci.toml, analyze, check configs/ci_expect.toml
+## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml
 gate: $(STAMP)
+	$(BIN)/aft-bench calibrate
 	rm -rf results/ci
 	$(BIN)/aft-bench run configs/ci.toml --out results/ci
 	$(BIN)/aft-bench analyze results/ci > /dev/null

@@ -3,6 +3,7 @@ to the config; `run` on a frozen config refuses when any of them changed, naming
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,10 @@ from aft_bench.common.paths import PACKAGE
 from aft_bench.experiment.config import Matrix
 from aft_bench.world.catalog import VOCAB_PATH
 
-# The code that defines the worlds, fault semantics, interface treatments, the agents' contract, the episode
-# and the verifiers: every module under these subpackages, named by its path relative to the package, so a
-# module moved or added inside them is hashed too and one moved out of them shows as a changed input.
-FROZEN_CODE = ("world", "runtime", "interface", "tasks", "judge", "agents", "episode")
+# The modules every label depends on: those that build and run one cell (and expand the config into cells),
+# with every aft_bench module they import, found by reading the imports (not a hand list), each named by its
+# path inside the package. A module added to that import graph is hashed too.
+ROOTS = ("aft_bench.experiment.build", "aft_bench.experiment.config")
 
 
 def lock_path(config: Path) -> Path:
@@ -45,13 +46,50 @@ def inputs(matrix: Matrix) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def frozen_code() -> list[Path]:
-    """Every module of the frozen subpackages; a subpackage that is missing is a harness error, never skipped."""
-    out = []
-    for sub in FROZEN_CODE:
-        if not (PACKAGE / sub / "__init__.py").is_file():
-            raise HarnessError(f"frozen code {PACKAGE / sub} is missing; update experiment/freeze.py FROZEN_CODE")
-        out += sorted((PACKAGE / sub).rglob("*.py"))
+def frozen_code(roots: tuple[str, ...] = ROOTS) -> list[Path]:
+    """Every module reachable from `roots` through aft_bench imports; a root that is missing is an error."""
+    seen: set[Path] = set()
+    todo = []
+    for root in roots:
+        path = _module_path(root)
+        if path is None:
+            raise HarnessError(f"frozen root module {root} is missing; update experiment/freeze.py ROOTS")
+        todo.append(path)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imported(path):
+            dep = _module_path(name)
+            if dep is not None and dep not in seen:
+                todo.append(dep)
+    return sorted(seen)
+
+
+def _module_path(name: str) -> Path | None:
+    """The file of an aft_bench module (a package's `__init__.py`), or None if there is none."""
+    rel = Path(*name.split(".")[1:])
+    for candidate in (PACKAGE / rel.with_suffix(".py"), PACKAGE / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(path: Path) -> set[str]:
+    """The aft_bench modules a file imports (anywhere in it), and the packages they sit in."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "aft_bench":
+                out.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
     return out
 
 
