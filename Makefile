@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench clean
+.PHONY: reproduce test gate calibrate smoke bench mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,13 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_backends.py
+
+## mutants: mutation testing (mutmut, configured in pyproject.toml) of the judge and the fault/guard core
+mutants: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'mutmut>=3.3'
+	rm -rf mutants
+	$(BIN)/mutmut run > /dev/null
+	$(BIN)/python benchmarks/mutation_score.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

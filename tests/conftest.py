@@ -10,11 +10,16 @@ import pytest
 from aft_bench.experiment.calibration import WorldSet
 from aft_bench.experiment.config import load_matrix
 from aft_bench.experiment.runner import run_matrix
+from aft_bench.interface import tokens
 from aft_bench.tasks.task import Step, Task
 from aft_bench.world.manifest import World
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLDS = ROOT / "worlds"
+
+# Load the tokenizer once, at collection: nearly every session runs episodes, and processes forked after
+# collection (mutation testing) then start with it loaded instead of paying ~3 s each.
+tokens.warm()
 
 
 @pytest.fixture(scope="session")

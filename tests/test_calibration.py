@@ -79,3 +79,32 @@ def test_unknown_detector_in_cases_is_bad_input(tmp_path: Path, capsys) -> None:
     assert main(["calibrate", "--worlds", str(dst)]) == 2
     err = capsys.readouterr().err
     assert "cases.toml" in err and "cases.4.detector" in err and "stale_wrte" in err
+
+
+def test_a_missed_positive_marks_only_its_own_detector(tmp_path: Path) -> None:
+    """The table is per detector: a positive case that does not fire fails that detector and no other."""
+    from aft_bench.experiment.calibration import detector_table, run_cases
+    from aft_bench.tasks.worldset import WorldSet
+
+    cases = tmp_path / "cases.toml"
+    cases.write_text('''
+[[cases]]
+detector = "duplicate_effect"
+positive = true
+note = "a single charge: nothing to duplicate, so this 'positive' must be reported as missed"
+task = "payments/charge-o1"
+steps = [{ call = "charge_payment", args = { order_id = "o1", amount = 50, note = "" } },
+         { end = "finish", claim = "success" }]
+
+[[cases]]
+detector = "y_goal"
+positive = true
+note = "the same charge reaches the goal"
+task = "payments/charge-o1"
+steps = [{ call = "charge_payment", args = { order_id = "o1", amount = 50, note = "" } },
+         { end = "finish", claim = "success" }]
+''')
+    rows = {r.detector: r for r in detector_table(run_cases(WorldSet(WORLDS), cases))}
+    assert rows["duplicate_effect"].positive_fired is False and rows["duplicate_effect"].negative_silent is None
+    assert rows["y_goal"].positive_fired is True and rows["y_goal"].negative_silent is None
+    assert all(r.positive_fired is None for name, r in rows.items() if name not in ("duplicate_effect", "y_goal"))

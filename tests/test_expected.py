@@ -38,10 +38,10 @@ def _check(config: str, out: Path) -> None:
     assert (out / "analysis" / "primary.csv").read_bytes() == (EXPECTED / f"{config}.primary.csv").read_bytes()
 
 
-@pytest.mark.parametrize("config", ["smoke", "sqlite_replication"])
-def test_config_labels_and_primary_table_unchanged(config: str, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("config, workers", [("smoke", 1), ("sqlite_replication", 2)])
+def test_config_labels_and_primary_table_unchanged(config: str, workers: int, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
-    run_matrix(load_matrix(ROOT / "configs" / f"{config}.toml", WORLDS), out, workers=2)
+    run_matrix(load_matrix(ROOT / "configs" / f"{config}.toml", WORLDS), out, workers=workers)
     _check(config, out)
 
 
