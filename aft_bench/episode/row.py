@@ -78,8 +78,6 @@ _COLUMNS = (
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
-# Columns the batch layer adds to a row when it records it (the rest come from the episode).
-SESSION_COLUMNS = ("config_hash", "lock_hash", "code_version", "session")
 
 
 def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
