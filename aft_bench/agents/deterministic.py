@@ -122,16 +122,19 @@ def _read(obs: Observation) -> dict[str, Any]:
     return {"status": "timeout"}
 
 
-def _kind(obs: Observation) -> str:
-    return str(_read(obs).get("status"))
+View = dict[str, Any] | None  # an observation as read once by `decide` (None: nothing observed yet)
 
 
-def _code(obs: Observation) -> str:
-    return str(_read(obs).get("error", ""))
+def _kind(view: View) -> str:
+    return str((view or {}).get("status"))
 
 
-def _result(obs: Observation) -> dict[str, Any]:
-    return _read(obs).get("result") or {}
+def _code(view: View) -> str:
+    return str((view or {}).get("error", ""))
+
+
+def _result(view: View) -> dict[str, Any]:
+    return (view or {}).get("result") or {}
 
 
 def _has(s: State, tool: str) -> bool:
@@ -146,17 +149,17 @@ def _params(s: State, tool: str) -> set[str]:
 def decide(s: State, obs: Observation | None) -> tuple[State, Action]:
     """One step: given the observation of the previous action, the next state and action."""
     handler = _PHASES[s.phase]
-    return handler(s, obs)
+    return handler(s, _read(obs) if obs is not None else None)
 
 
-def _begin(s: State, obs: Observation | None) -> tuple[State, Action]:
+def _begin(s: State, view: View) -> tuple[State, Action]:
     if s.recovering and not s.listed and _has(s, "list_invocations"):
         return replace(s, phase="listed"), Call("list_invocations", {})
     return _locate(s)
 
 
-def _listed(s: State, obs: Observation | None) -> tuple[State, Action]:
-    rows = tuple(_result(obs).get("invocations", [])) if obs else ()
+def _listed(s: State, view: View) -> tuple[State, Action]:
+    rows = tuple(_result(view).get("invocations", []))
     return _locate(replace(s, handles=rows, listed=True))
 
 
@@ -174,8 +177,8 @@ def _locate(s: State) -> tuple[State, Action]:
     return _ensure_loaded(s)
 
 
-def _searched(s: State, obs: Observation | None) -> tuple[State, Action]:
-    tools = _result(obs).get("tools", []) if obs else []
+def _searched(s: State, view: View) -> tuple[State, Action]:
+    tools = _result(view).get("tools", [])
     if not tools:
         return s, End("finish", "failure")
     return _ensure_loaded(replace(s, op=tools[0]["name"]))
@@ -189,10 +192,10 @@ def _ensure_loaded(s: State) -> tuple[State, Action]:
     return _ready(s)
 
 
-def _described(s: State, obs: Observation | None) -> tuple[State, Action]:
-    if obs is None or _kind(obs) != "ok":
+def _described(s: State, view: View) -> tuple[State, Action]:
+    if _kind(view) != "ok":
         return s, End("finish", "failure")
-    return _ready(replace(s, schemas={**s.schemas, s.op: _result(obs)}))  # type: ignore[dict-item]
+    return _ready(replace(s, schemas={**s.schemas, s.op: _result(view)}))  # type: ignore[dict-item]
 
 
 def _args(s: State) -> dict[str, Any]:
@@ -217,8 +220,8 @@ def _writes(s: State) -> bool:
     return not s.plan[s.step].read
 
 
-def _baselined(s: State, obs: Observation | None) -> tuple[State, Action]:
-    holds = bool(_result(obs).get("holds")) if obs is not None and _kind(obs) == "ok" else None
+def _baselined(s: State, view: View) -> tuple[State, Action]:
+    holds = bool(_result(view).get("holds")) if _kind(view) == "ok" else None
     return _send(replace(s, baseline=holds if holds is not None else True))
 
 
@@ -240,16 +243,16 @@ def _send(s: State, same_key: bool = True) -> tuple[State, Action]:
     return replace(s, phase="sent", attempt=s.attempt + 1), Call(s.op or "", args)
 
 
-def _sent(s: State, obs: Observation | None) -> tuple[State, Action]:
-    assert obs is not None
-    content = _read(obs)
+def _sent(s: State, view: View) -> tuple[State, Action]:
+    assert view is not None
+    content = view
     kind = str(content.get("status"))
     if kind == "ok":
         if not _writes(s):
-            return _next(_remember_versions(s, _result(obs)))
+            return _next(_remember_versions(s, _result(view)))
         return _verify_or_next(s)
     if kind == "error":
-        code = _code(obs)
+        code = _code(view)
         if code == "precondition_failed":
             return s, End("abort", "failure")
         if code == "unauthorized":
@@ -285,21 +288,21 @@ def _verify_or_next(s: State) -> tuple[State, Action]:
     return _next(s)
 
 
-def _statused(s: State, obs: Observation | None) -> tuple[State, Action]:
-    info = _result(obs) if obs else {}
+def _statused(s: State, view: View) -> tuple[State, Action]:
+    info = _result(view)
     if info.get("committed"):
         return _verify_or_next(s)
     return _send(s)
 
 
-def _reconciled(s: State, obs: Observation | None) -> tuple[State, Action]:
-    if obs is not None and _result(obs).get("holds"):
+def _reconciled(s: State, view: View) -> tuple[State, Action]:
+    if _result(view).get("holds"):
         return _next(s)
     return _send(s)
 
 
-def _checked(s: State, obs: Observation | None) -> tuple[State, Action]:
-    evidence = _result(obs) if obs else {}
+def _checked(s: State, view: View) -> tuple[State, Action]:
+    evidence = _result(view)
     if evidence.get("holds"):
         return _next(s)
     if not s.corrected:

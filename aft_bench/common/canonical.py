@@ -6,7 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-
 # One encoder for every call: `json.dumps` with non-default options builds a new encoder each time, and this
 # is on the hot path (every trace event, every durable checkpoint).
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

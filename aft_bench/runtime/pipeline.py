@@ -130,9 +130,9 @@ class StoredInvocations(MutableMapping[str, Invocation]):
 class Runtime:
     """Process-local invocation table, plus the durable copy the interface may have asked for."""
 
+    durable: MutableMapping[str, Invocation]  # the store's durable table (written only when durable_state)
     durable_state: bool = False
     local: dict[str, Invocation] = field(default_factory=dict)
-    durable: MutableMapping[str, Invocation] = field(default_factory=dict)
 
     def checkpoint(self, inv: Invocation) -> None:
         self.local[inv.inv] = inv
