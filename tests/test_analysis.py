@@ -82,7 +82,7 @@ def test_missing_column_is_bad_input_and_writes_nothing(smoke_dir: Path, tmp_pat
     df.to_parquet(d / "results.parquet")
     assert main(["analyze", str(d)]) == 2
     err = capsys.readouterr().err
-    assert "duplicate_effects" in err and "duplicate_effects" in err.split("needed by")[1]
+    assert "duplicate_effects" in err and "missing from the table" in err
     assert not (d / "analysis").exists() and not list(d.glob(".analysis-*"))
 
 
@@ -160,9 +160,12 @@ def test_report_has_table3_reference_column_and_figures(smoke_dir: Path, capsys)
         assert cid in md
 
 
-def test_report_without_analysis_is_bad_input(tmp_path: Path, capsys) -> None:
-    assert main(["report", str(tmp_path)]) == 2
+def test_report_without_analysis_is_bad_input(smoke_dir: Path, tmp_path: Path, capsys) -> None:
+    d = _copy(smoke_dir, tmp_path / "r")
+    shutil.rmtree(d / "analysis", ignore_errors=True)
+    assert main(["report", str(d)]) == 2
     assert "aft-bench analyze" in capsys.readouterr().err
+    assert not (d / "report").exists()
 
 
 def test_comparisons_are_in_the_papers_order() -> None:

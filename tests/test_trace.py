@@ -93,6 +93,7 @@ def test_tampering_is_detected(tmp_path: Path, tamper, message: str) -> None:
 
 def test_recomputed_hash_still_breaks_the_chain(tmp_path: Path) -> None:
     """Rewriting an event *and* its own hash is caught by the next event's prev link."""
+    from aft_bench.common.canonical import canonical_json
     from aft_bench.runtime.trace import _event_hash
 
     p = tmp_path / "t.jsonl"
@@ -101,7 +102,7 @@ def test_recomputed_hash_still_breaks_the_chain(tmp_path: Path) -> None:
     raw = json.loads(ls[1])
     raw["data"]["y"] = [9]
     raw["hash"] = _event_hash(raw["seq"], raw["kind"], raw["data"], raw["prev"])
-    ls[1] = json.dumps(raw)
+    ls[1] = canonical_json(raw)  # the bytes a forger would write to pass the canonical-form check
     p.write_text("\n".join(ls) + "\n")
     with pytest.raises(TraceIntegrityError, match="does not chain"):
         verify_file(p)
@@ -158,3 +159,22 @@ def test_run_trace_records_the_required_event_kinds(worlds, tmp_path: Path) -> N
     ts = next(e for e in run.events if e.kind == "terminal_state")
     from aft_bench.common.canonical import digest
     assert ts.data["hash"] == digest(run.terminal_state)
+
+
+def test_a_line_re_serialized_with_other_spacing_fails(tmp_path: Path) -> None:
+    """Same values, other bytes: the trace is evidence byte for byte, so this is a modification."""
+    p = tmp_path / "t.jsonl"
+    _sample(p)
+    ls = _lines(p)
+    ls[1] = json.dumps(json.loads(ls[1]), sort_keys=True)  # ", " and ": " separators
+    p.write_text("\n".join(ls) + "\n")
+    with pytest.raises(TraceIntegrityError, match="line 2: not the canonical bytes"):
+        verify_file(p)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff garbage", b"not json\n", b"\xef\xbb\xbf{}\n"])
+def test_garbage_empty_or_encoded_files_fail_as_integrity_errors(tmp_path: Path, content: bytes) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(content)
+    with pytest.raises(TraceIntegrityError):
+        verify_file(p)

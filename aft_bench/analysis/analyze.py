@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,9 @@ from aft_bench.analysis.stats import (
     holm,
     sign_flip_test,
 )
+from aft_bench.analysis.table import read_results, results_sha256
 from aft_bench.common.errors import InputError
+from aft_bench.common.files import read_json, write_folder
 from aft_bench.experiment.comparisons import Comparison, load_comparisons
 
 PRIMARY_COLUMNS = ["comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met"]
@@ -60,16 +59,18 @@ def current_lock(directory: Path) -> str | None:
     mpath = directory / "manifest.json"
     if not mpath.exists():
         return None
-    config = Path(json.loads(mpath.read_text()).get("config_path", ""))
+    manifest = read_json(mpath, "aft-bench manifest")
+    config = Path(str(manifest.get("config_path", ""))) if isinstance(manifest, dict) else Path()
     lock = config.with_name(f"{config.stem}.lock.json")
-    return json.loads(lock.read_text()).get("lock_hash") if config.name and lock.exists() else None
+    if not (config.name and lock.exists()):
+        return None
+    data = read_json(lock, "lock file")
+    return data.get("lock_hash") if isinstance(data, dict) else None
 
 
 def load_results(directory: Path, comps: tuple[Comparison, ...], include_stale: bool = False) -> pd.DataFrame:
     path = directory / "results.parquet"
-    if not path.exists():
-        raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
-    df = pd.read_parquet(path)
+    df = read_results(directory)
     lock = current_lock(directory)
     if lock is not None and "lock_hash" in df.columns and not include_stale:
         stale = df["lock_hash"].fillna("") != lock
@@ -99,7 +100,7 @@ def estimate(pairs: pd.DataFrame, comp: Comparison, opts: Options, tag: str = ""
     else:
         test = sign_flip_test(d, clusters, unit=opts.flip_unit, n_permutations=opts.permutations,  # type: ignore[arg-type]
                               alternative="two-sided", seed=_seed(opts, comp.id, tag, "perm"))
-    return {"pairs": n, "clusters": int(len(spread)), "utility_diff": float(d.mean()), "ci_low": lo, "ci_high": hi,
+    return {"pairs": n, "clusters": len(spread), "utility_diff": float(d.mean()), "ci_low": lo, "ci_high": hi,
             "p_raw": test.pvalue, "exact": test.exact, "flip_unit": opts.flip_unit,
             # replicates inside every cluster agree: the pairs are copies, the clusters are the sample
             "pseudo_replicated": bool((spread["size"] > 1).any() and (spread["nunique"] == 1).all())}
@@ -127,11 +128,11 @@ def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
         event = runs[comp.endpoint].astype(float) > 0
         hit = int(event.sum())
         out[f"{arm}_runs_with_event"] = hit
-        out[f"{arm}_runs"] = int(len(runs))
+        out[f"{arm}_runs"] = len(runs)
         out[f"{arm}_rate_upper95"] = clopper_pearson_upper(hit, len(runs)) if len(runs) else None
         by_cluster = event.groupby(runs["task_id"]).any()
         out[f"{arm}_clusters_with_event"] = int(by_cluster.sum())
-        out[f"{arm}_clusters"] = int(len(by_cluster))
+        out[f"{arm}_clusters"] = len(by_cluster)
         out[f"{arm}_cluster_rate_upper95"] = (clopper_pearson_upper(int(by_cluster.sum()), len(by_cluster))
                                               if len(by_cluster) else None)
     return out
@@ -183,7 +184,7 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
         r["interaction"] = None if base is None or r["utility_diff"] is None else r["utility_diff"] - base
     pairs_df = pd.concat(all_pairs, ignore_index=True) if all_pairs else _empty_pairs()
     meta = {**asdict(opts), "alpha": ALPHA, "input": str(directory / "results.parquet"),
-            "input_sha256": hashlib.sha256((directory / "results.parquet").read_bytes()).hexdigest(),
+            "input_sha256": results_sha256(directory),
             "comparisons": [c.model_dump(mode="json") for c in comps],
             "holm_family": {"size": len(primary), "missing": missing, "complete": not missing},
             "pseudo_replicated": [r["comparison"] for r in primary + secondary if r.get("pseudo_replicated")]}
@@ -206,7 +207,7 @@ def discovery_by_size(df: pd.DataFrame, comps: tuple[Comparison, ...]) -> list[d
     cols = [c for c in DISCOVERY_ENDPOINTS if c in sub.columns]
     out = []
     for (size, cond), g in sub.groupby(["catalog_size", "condition"], sort=True):
-        out.append({"catalog_size": int(size), "condition": cond, "runs": int(len(g)),
+        out.append({"catalog_size": int(size), "condition": cond, "runs": len(g),
                     **{c: float(g[c].astype(float).mean()) for c in cols}})
     return out
 
@@ -233,21 +234,15 @@ CSV_COLUMNS = {
 def _write(directory: Path, tables: dict[str, Any], pairs: pd.DataFrame) -> None:
     """Write every output into a temp directory, then swap it in: never a partial analysis."""
     final = directory / "analysis"
-    tmp = Path(tempfile.mkdtemp(prefix=".analysis-", dir=directory))
-    try:
+
+    def fill(tmp: Path) -> None:
         for name, cols in CSV_COLUMNS.items():
             pd.DataFrame(tables[name], columns=cols).to_csv(tmp / f"{name}.csv", index=False, float_format="%.10g")
             (tmp / f"{name}.json").write_text(json.dumps(tables[name], indent=2, sort_keys=True) + "\n")
         (tmp / "meta.json").write_text(json.dumps(tables["meta"], indent=2, sort_keys=True) + "\n")
         pairs.to_parquet(tmp / "pairs.parquet", index=False)
-        old = directory / ".analysis-old"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_folder(final, fill)
 
 
 def format_table3(primary: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:

@@ -6,17 +6,27 @@ quotes `utility_diff` of `duplicate_effects` from `analysis/primary.json`, round
 
 from __future__ import annotations
 
-import json
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from aft_bench.common.errors import TraceIntegrityError
-from aft_bench.episode.row import SCHEMA
+import numpy as np
+import pandas as pd
+
+from aft_bench.analysis.table import problems as table_problems
+from aft_bench.common.errors import HarnessError, InputError, TraceIntegrityError
+from aft_bench.common.files import read_json
+from aft_bench.common.paths import WORLDS
+from aft_bench.episode.row import SCHEMA, label_columns
+from aft_bench.experiment.config import Cell
 from aft_bench.experiment.journal import read_records, read_rows
-from aft_bench.runtime.trace import verify_file
+from aft_bench.judge.rejudge import rejudge
+from aft_bench.runtime.trace import read_events, verify
+from aft_bench.tasks.workloads import load_workloads
 
 LINK = re.compile(r"\[([^\]]+)\]\(aft:([a-z_]+)/([A-Za-z0-9_.-]+)/([a-z_]+)\)")
 
@@ -29,10 +39,37 @@ class Check:
 
 
 def _manifest(d: Path) -> dict[str, Any]:
-    return json.loads((d / "manifest.json").read_text())
+    m = read_json(d / "manifest.json", "aft-bench manifest")
+    missing = [k for k in ("run_ids", "config_hash", "config_path") if not isinstance(m, dict) or k not in m]
+    assert not missing, f"manifest.json lacks {', '.join(missing)}"
+    return m
+
+
+def _plain(v: Any) -> Any:
+    """A table value as the journal holds it: NaN/NA -> None, numpy scalars -> Python."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same kind (True is not 1, "1" is not 1; 1 and 1.0 are the same number)."""
+    kinds = (bool, str, type(None))
+    return a == b and all(isinstance(a, k) == isinstance(b, k) for k in kinds)
+
+
+def _named(bad: dict[str, list[str]], what: str) -> str:
+    """`what` for the first runs and columns of `bad` (run id -> columns)."""
+    shown = "; ".join(f"{rid} ({', '.join(cols[:4])})" for rid, cols in list(bad.items())[:4])
+    return f"{len(bad)} run(s) {what}: {shown}{' ...' if len(bad) > 4 else ''}"
 
 
 def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
+    """Every release check over results directory `d`; each names the runs and columns it finds wrong."""
+    if not d.is_dir():
+        raise InputError(d, "<dir>", str(d), "no such results folder")
+    if not (d / "manifest.json").exists():
+        raise InputError(d, "<dir>", str(d), "not an aft-bench results folder (no manifest.json)")
     checks: list[Check] = []
 
     def run(name: str, fn: Callable[[], str]) -> None:
@@ -40,7 +77,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
             checks.append(Check(name, True, fn()))
         except AssertionError as exc:
             checks.append(Check(name, False, str(exc)))
-        except (OSError, ValueError, KeyError, TraceIntegrityError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, TraceIntegrityError, InputError, HarnessError) as exc:
             checks.append(Check(name, False, f"{type(exc).__name__}: {exc}"))
 
     state: dict[str, Any] = {}
@@ -51,27 +88,47 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
 
     def journal_ok() -> str:
         rows = read_rows(d / "journal.jsonl")
-        state["rows"] = rows
-        ids = [r["run_id"] for r in rows]
-        assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicate run ids in the journal"
+        state["rows"] = {r["run_id"]: r for r in rows}
+        assert len(rows) == len(state["rows"]), f"{len(rows) - len(state['rows'])} duplicate run ids in the journal"
         return f"{len(rows)} verified rows, no duplicates"
 
-    def results_ok() -> str:
-        import pandas as pd
-
+    def model_ok() -> str:
         df = pd.read_parquet(d / "results.parquet")
         state["df"] = df
-        missing, extra = [c for c in SCHEMA if c not in df.columns], [c for c in df.columns if c not in SCHEMA]
-        assert not missing and not extra, f"columns differ from the row model: missing {missing}, extra {extra}"
-        assert df["run_id"].is_unique, "duplicate run ids in results.parquet"
-        assert set(df["run_id"]) == {r["run_id"] for r in state["rows"]}, "results.parquet and journal differ"
-        return f"{len(df)} rows with the row model's columns, unique, equal to the journal"
+        found = table_problems(df)
+        assert not found, "; ".join(map(str, found[:3])) + (f"; {len(found) - 3} more" if len(found) > 3 else "")
+        return f"{len(df)} rows, columns and types of the row model, one row per run and per tuple"
+
+    def equal_journal() -> str:
+        rows, df = state["rows"], state["df"]
+        got = set(df["run_id"])
+        assert got == set(rows), (f"results.parquet and journal hold different runs: {len(got - set(rows))} only "
+                                  f"in results, {len(set(rows) - got)} only in the journal")
+        bad: dict[str, list[str]] = {}
+        cols = [c for c in SCHEMA if c in df.columns]
+        for rec in df[cols].to_dict("records"):
+            j = rows[rec["run_id"]]
+            diff = [c for c in cols if not _same(_plain(rec[c]), j.get(c))]
+            if diff:
+                bad[rec["run_id"]] = diff
+        assert not bad, _named(bad, "differ from their journal record")
+        return f"every row equals its journal record, value for value ({len(cols)} columns)"
 
     def complete() -> str:
         expected, got = set(state["m"]["run_ids"]), set(state["df"]["run_id"])
         assert not got - expected, f"{len(got - expected)} rows for tuples not in the manifest"
         assert got == expected, f"{len(expected - got)} of {len(expected)} tuples have no row"
         return f"all {len(expected)} tuples present"
+
+    def keys_ok() -> str:
+        keys = [f.name for f in fields(Cell)]
+        bad = {}
+        for rec in state["df"][["run_id", *keys]].to_dict("records"):
+            cell = Cell(**{k: _plain(rec[k]) for k in keys})
+            if cell.run_id != rec["run_id"]:
+                bad[rec["run_id"]] = [k for k in keys]
+        assert not bad, _named(bad, "whose key columns do not hash to their run id")
+        return "every row's key columns hash to its run id"
 
     def consistent() -> str:
         df, m = state["df"], state["m"]
@@ -87,34 +144,76 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
             return "config not frozen (no lock)"
         lock = Path(state["m"]["config_path"]).with_name(Path(state["m"]["config_path"]).stem + ".lock.json")
         assert lock.exists(), f"lock file {lock} is missing"
-        assert json.loads(lock.read_text())["lock_hash"] == lock_hash, f"{lock} no longer matches the results"
+        data = read_json(lock, "lock file")
+        assert isinstance(data, dict) and data.get("lock_hash") == lock_hash, f"{lock} no longer matches the results"
         return f"lock {lock_hash[:12]} matches {lock.name}"
-
-    def traces_ok() -> str:
-        n = 0
-        for _, row in state["df"].iterrows():
-            verify_file(d / "traces" / f"{row['run_id']}.jsonl", row["trace_head"])
-            n += 1
-        return f"{n} traces sealed, chains intact, heads match"
-
-    def failures_ok() -> str:
-        failures = read_records(d / "failures.jsonl")
-        rows = {(r["run_id"], r["session"]) for r in state["rows"]}
-        clash = [f for f in failures if (f["run_id"], f.get("session")) in rows]
-        assert not clash, f"{len(clash)} tuples have a row from the same attempt that failed"
-        return f"{len(failures)} recorded failures, none became a row"
 
     run("manifest", manifest_ok)
     run("journal integrity", journal_ok)
-    run("results = journal, unique", results_ok)
+    run("results = row model", model_ok)
+    run("results = journal, value for value", equal_journal)
     run("matrix complete", complete)
+    run("run ids = key columns", keys_ok)
     run("rows match manifest", consistent)
     run("lock", lock_ok)
-    run("trace hash chains", traces_ok)
-    run("no rows for failed attempts", failures_ok)
+    if "df" in state:
+        checks.extend(_traces_and_labels(d, state["df"], state.get("m", {})))
+    run("no rows for failed attempts", lambda: _failures(d, state.get("rows", {})))
     if manuscript is not None:
         run("manuscript numbers", lambda: _manuscript(d, manuscript))
     return checks
+
+
+def _failures(d: Path, rows: dict[str, dict[str, Any]]) -> str:
+    failures = read_records(d / "failures.jsonl")
+    done = {(r["run_id"], r["session"]) for r in rows.values()}
+    clash = [f for f in failures if (f.get("run_id"), f.get("session")) in done]
+    assert not clash, f"{len(clash)} tuples have a row from the same attempt that failed"
+    return f"{len(failures)} recorded failures, none became a row"
+
+
+def _traces_and_labels(d: Path, df: pd.DataFrame, m: dict[str, Any]) -> list[Check]:
+    """Verify every trace (chain, seal, canonical bytes, head) and re-judge its labels from the trace's
+    recorded terminal state and the task's criteria; both checks name the runs (and columns) that differ."""
+    worlds = Path(m["worlds_dir"]) if m.get("worlds_dir") else WORLDS
+    try:
+        workloads = load_workloads(worlds)
+    except InputError as exc:
+        workloads, why = None, f"cannot load the workloads to re-judge with: {exc}"
+    broken: dict[str, list[str]] = {}
+    differ: dict[str, list[str]] = {}
+    for rec in df.to_dict("records"):
+        rid = rec["run_id"]
+        try:
+            events = read_events(d / "traces" / f"{rid}.jsonl")
+            verify(events, rec["trace_head"], where=f"{rid}")
+        except (TraceIntegrityError, InputError) as exc:
+            broken[rid] = [str(exc).split(": ", 1)[-1]]
+            continue
+        if workloads is None:
+            continue
+        try:
+            task = next(t for t in workloads.get(rec["workload"]).tasks if t.id == rec["task_id"])
+            if task.hash != rec["task_hash"]:
+                differ[rid] = ["task definition changed since the run"]
+                continue
+            expect = label_columns(rejudge(events, task.criteria))
+        except (StopIteration, InputError, TraceIntegrityError, HarnessError, KeyError) as exc:
+            differ[rid] = [f"cannot re-judge: {type(exc).__name__}: {exc}"]
+            continue
+        cols = [c for c, v in expect.items() if _plain(rec[c]) != v]
+        if cols:
+            differ[rid] = cols
+    traces = Check("trace hash chains", not broken,
+                   _named(broken, "with broken traces") if broken else f"{len(df)} traces sealed, canonical, "
+                   f"chains intact, heads match")
+    if workloads is None:
+        labels = Check("labels re-judged", False, why)
+    else:
+        labels = Check("labels re-judged", not differ,
+                       _named(differ, "whose labels differ from the re-judged trace") if differ else
+                       f"{len(df) - len(broken)} runs re-judged from trace and terminal state: labels equal")
+    return [traces, labels]
 
 
 def _rounded(value: float, written: str) -> str:
@@ -131,7 +230,7 @@ def _manuscript(d: Path, path: Path) -> str:
     wrong = []
     for written, table, key, field in links:
         if table not in tables:
-            tables[table] = json.loads((d / "analysis" / f"{table}.json").read_text())
+            tables[table] = read_json(d / "analysis" / f"{table}.json", "analysis table")
         row = next((r for r in tables[table] if r.get("comparison") == key), None)
         assert row is not None, f"{table} has no comparison {key}"
         value = row.get(field)

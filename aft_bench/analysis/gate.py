@@ -6,19 +6,20 @@ The expectations file lists bounds such as `"resume_recovery.utility_diff >= 0.9
 
 from __future__ import annotations
 
-import json
 import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from aft_bench.analysis.table import read_analysis, read_table
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import InputError
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
-BOUND = re.compile(r"^\s*([a-z_]+)\.([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9.]+(?:e-?[0-9]+)?)\s*$")
+BOUND = re.compile(r"^\s*([a-z_]+)\.([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*$")
 
 
 class Expectations(BaseModel):
@@ -41,13 +42,18 @@ class Result:
     ok: bool
 
 
-def check(directory: Path, expect: Path) -> list[Result]:
+def check(directory: Path, expect: Path, stale_ok: bool = False) -> list[Result]:
+    """Evaluate every bound of `expect` on the analysis of `directory` (refused when that analysis was made
+    from other results than the directory holds now, unless `stale_ok`)."""
     bounds = validate(Expectations, read_toml(expect), expect).bounds
-    analysis = directory / "analysis"
-    if not (analysis / "primary.json").exists():
-        raise InputError(analysis, "<dir>", str(analysis), "no analysis here (run `aft-bench analyze` first)")
-    rows = {r["comparison"]: r for name in ("primary", "secondary")
-            for r in json.loads((analysis / f"{name}.json").read_text())}
+    read_analysis(directory, stale_ok)
+    rows = [r for name in ("primary", "secondary") for r in read_table(directory, name)]
+    return evaluate(rows, bounds, expect)
+
+
+def evaluate(table: list[dict[str, Any]], bounds: tuple[str, ...], expect: Path) -> list[Result]:
+    """Each bound of `expect` measured on the analysis rows `table` (primary and secondary)."""
+    rows = {r.get("comparison"): r for r in table}
     out = []
     for i, b in enumerate(bounds):
         m = BOUND.match(b)
@@ -58,6 +64,8 @@ def check(directory: Path, expect: Path) -> list[Result]:
         if field not in rows[comp]:
             raise InputError(expect, f"bounds.{i}", b, f"unknown field '{field}'")
         measured = rows[comp][field]
+        if isinstance(measured, bool) or not isinstance(measured, (int, float, type(None))):
+            raise InputError(expect, f"bounds.{i}", b, f"field '{field}' is not a number ({measured!r})")
         ok = measured is not None and OPS[op](float(measured), float(value))
         out.append(Result(b, None if measured is None else float(measured), ok))
     return out

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from aft_bench.common.errors import InputError
+from aft_bench.analysis.table import read_analysis, read_results, read_table
+from aft_bench.common.files import write_folder
 from aft_bench.common.paths import REFERENCE
 
 PAPER_VALUES = REFERENCE / "paper_values.toml"
@@ -41,12 +42,12 @@ def _fmt(x: Any, digits: int = 4) -> str:
     return str(x)
 
 
-def _load(directory: Path) -> dict[str, Any]:
-    adir = directory / "analysis"
-    if not (adir / "primary.json").exists():
-        raise InputError(adir, "<dir>", str(adir), "no analysis here (run `aft-bench analyze` first)")
-    return {name: json.loads((adir / f"{name}.json").read_text())
-            for name in ("primary", "secondary", "per_model", "lomo", "discovery", "meta")}
+def _load(directory: Path, stale_ok: bool) -> dict[str, Any]:
+    """The analysis tables, refused when they were made from other results (unless `stale_ok`)."""
+    meta, stale = read_analysis(directory, stale_ok)
+    data: dict[str, Any] = {name: read_table(directory, name)
+                            for name in ("primary", "secondary", "per_model", "lomo", "discovery")}
+    return {**data, "meta": meta, "stale": stale}
 
 
 def _reference() -> dict[str, Any]:
@@ -158,11 +159,10 @@ def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def build(directory: Path) -> list[Section]:
-    data = _load(directory)
+def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Section]:
+    """Every section of the report; figures are written into `out_dir`."""
+    data = _load(directory, stale_ok)
     ref = _reference()
-    out_dir = directory / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
     meta = data["meta"]
     unit = ("whole task clusters flipped together (the clusters are the sample)" if meta["flip_unit"] == "cluster"
             else "single pairs flipped independently (the paper's method; it treats replicates of a task as "
@@ -175,7 +175,11 @@ def build(directory: Path) -> list[Section]:
         notes.append(f"Pseudo-replication: within every task cluster the replicates give the same difference for "
                      f"{', '.join(meta['pseudo_replicated'])}; the number of clusters, not of pairs, is the "
                      f"sample size there.")
-    sections = [Section(
+    sections = []
+    if data["stale"]:
+        sections.append(Section("STALE ANALYSIS", "Made with --stale-ok: the analysis below was computed from "
+                                "other results than results.parquet holds now. Run `aft-bench analyze` again."))
+    sections += [Section(
         "Primary comparisons (Table 3)",
         f"Paired utility differences (positive favours the agent-first treatment), task-clustered "
         f"{meta['resamples']}-resample percentile bootstrap intervals, paired sign-flip permutation tests "
@@ -194,7 +198,7 @@ def build(directory: Path) -> list[Section]:
     fig2 = out_dir / "fig2_primary_effects.png"
     if _figure2(data["primary"], fig2):
         sections.append(Section("Figure 2: pooled primary effects", image=fig2.name))
-    results = pd.read_parquet(directory / "results.parquet")
+    results = read_results(directory)
     fig3 = out_dir / "fig3_backend_safety.png"
     t3 = _figure3(results, fig3)
     shown = None if t3 is None else t3.astype(object).where(t3.notna(), "–")
@@ -225,9 +229,16 @@ def _md_table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
 
-def render(directory: Path) -> tuple[Path, Path]:
-    sections = build(directory)
-    out_dir = directory / "report"
+def render(directory: Path, stale_ok: bool = False) -> tuple[Path, Path]:
+    """Write DIR/report/ (report.md, report.html, figures) atomically: built in a temp folder and swapped in
+    only when every part succeeded, so a failure leaves the previous report, or none, untouched."""
+    final = directory / "report"
+    write_folder(final, lambda tmp: _render_into(directory, tmp, stale_ok))
+    return final / "report.md", final / "report.html"
+
+
+def _render_into(directory: Path, out_dir: Path, stale_ok: bool) -> None:
+    sections = build(directory, out_dir, stale_ok)
     md = [f"# aft-bench report: {directory.name}", ""]
     body = [f"<h1>aft-bench report: {html.escape(directory.name)}</h1>"]
     for s in sections:
@@ -248,4 +259,3 @@ def render(directory: Path) -> tuple[Path, Path]:
             "table.t td,table.t th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:right}img{max-width:100%}"
     html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>aft-bench report</title>"
                          f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
-    return md_path, html_path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aft_bench.common.errors import InputError
+from aft_bench.analysis.table import read_results
 
 COLS = ["runs", "fault_fired", "completed", "recovered", "duplicates", "unsafe", "bad_claims", "tokens", "recall"]
 
@@ -12,10 +12,7 @@ COLS = ["runs", "fault_fired", "completed", "recovered", "duplicates", "unsafe",
 def summarize(directory: Path) -> str:
     import pandas as pd
 
-    path = directory / "results.parquet"
-    if not path.exists():
-        raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
-    df = pd.read_parquet(path)
+    df = read_results(directory)
     g = df.groupby(["workload", "condition"], sort=True)
     table = pd.DataFrame({
         "runs": g.size(),

@@ -11,17 +11,33 @@ from pathlib import Path
 from typing import Sequence
 
 from aft_bench import __version__
-from aft_bench.common.errors import InputError, OutputError, TraceIntegrityError
+from aft_bench.common.errors import EvidenceError, InputError, OutputError, TraceIntegrityError
+from aft_bench.common.files import input_dir
 from aft_bench.common.paths import WORLDS
+from aft_bench.common.secrets import redact
+
+MAX_WORKERS = 64  # whatever the machine: more processes than this only contend for the journal writer
 
 DEFAULT_WORLDS = WORLDS
 
 
 def _worlds_dir(arg: str | None) -> Path:
+    """`--worlds` (a folder that must exist), else ./worlds when present, else the packaged worlds."""
     if arg is not None:
-        return Path(arg)
+        return input_dir(Path(arg), "--worlds")
     local = Path.cwd() / "worlds"
     return local if local.is_dir() else DEFAULT_WORLDS
+
+
+def _workers(requested: int, cells: int) -> int:
+    """`--workers`, capped at cores x 4 and at the number of cells (a note says so when it is)."""
+    if requested < 1:
+        raise InputError("--workers", "--workers", requested, "must be at least 1")
+    cap = max(1, min((os.cpu_count() or 1) * 4, cells, MAX_WORKERS))
+    if requested > cap:
+        print(f"aft-bench: --workers {requested} capped at {cap} (cores x 4 = {(os.cpu_count() or 1) * 4}, "
+              f"{cells} runs, at most {MAX_WORKERS})", file=sys.stderr)
+    return min(requested, cap)
 
 
 def _yes(v: bool | None) -> str:
@@ -57,28 +73,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from aft_bench.experiment.calibration import load_cases
-    from aft_bench.runtime.faults import check_schedule, load_schedule
-    from aft_bench.tasks.task import load_tasks
-    from aft_bench.world.manifest import load_world
+    from aft_bench.cli.validate import validate_path
 
+    worlds = _worlds_dir(args.worlds)
     for raw in args.paths:
-        p = Path(raw)
-        if p.is_dir() or p.name == "world.toml":
-            world = load_world(p)
-            tasks = p / "tasks.toml" if p.is_dir() else p.parent / "tasks.toml"
-            n = len(load_tasks(tasks, world)) if tasks.exists() else 0
-            print(f"ok  {p}: world '{world.id}', {len(world.operations)} operations, {n} tasks")
-        elif p.name == "tasks.toml":
-            world = load_world(p.parent)
-            print(f"ok  {p}: {len(load_tasks(p, world))} tasks")
-        elif p.parent.name == "calibration":
-            print(f"ok  {p}: {len(load_cases(p))} calibration cases")
-        else:
-            sched = load_schedule(p)
-            if p.parent.name == "faults" and (p.parent.parent / "world.toml").exists():
-                check_schedule(sched, load_world(p.parent.parent).operations, p)
-            print(f"ok  {p}: fault schedule '{sched.id}', {len(sched.faults)} faults")
+        print(validate_path(raw, worlds))
     return 0
 
 
@@ -107,16 +106,15 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.experiment.config import load_matrix
-    from aft_bench.experiment.executors import MAX_WORKERS
     from aft_bench.experiment.progress import progress_for
     from aft_bench.experiment.runner import run_matrix
 
     matrix = load_matrix(args.config, _worlds_dir(args.worlds))
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise InputError("--workers", "--workers", args.workers, f"must be between 1 and {MAX_WORKERS}")
+    workers = _workers(args.workers, len(matrix.cells))
     out = Path(args.out)
     t0 = time.perf_counter()
-    rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=args.workers)
+    rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
+                      rerun_missing=args.rerun_missing)
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
     missing = len(matrix.cells) - len(rows)
@@ -150,7 +148,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from aft_bench.analysis.report import render
 
-    md, html_path = render(Path(args.dir))
+    md, html_path = render(Path(args.dir), stale_ok=args.stale_ok)
     print(f"report: {md}\n        {html_path}")
     return 0
 
@@ -180,7 +178,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from aft_bench.analysis.gate import check
 
-    results = check(Path(args.dir), Path(args.expect))
+    results = check(Path(args.dir), Path(args.expect), stale_ok=args.stale_ok)
     for r in results:
         shown = "missing" if r.measured is None else f"{r.measured:.6g}"
         print(f"{'PASS' if r.ok else 'FAIL'}  {r.bound:<44} measured {shown}")
@@ -222,8 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--cases", help="calibration cases file (default: WORLDS/calibration/cases.toml)")
     c.set_defaults(func=cmd_calibrate)
 
-    v = sub.add_parser("validate", help="validate world, task, fault-schedule or calibration files")
+    v = sub.add_parser("validate", help="validate data files of any kind (worlds, tasks, workloads, fault "
+                       "schedules, calibration cases, configs, expectations), recognised by content")
     v.add_argument("paths", nargs="+")
+    v.add_argument("--worlds", help="worlds directory for configs and workloads (default: ./worlds)")
     v.set_defaults(func=cmd_validate)
 
     t = sub.add_parser("verify-trace", help="check a trace file's hash chain and seal")
@@ -236,7 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True)
     r.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                   help="worker processes (default: min(2, cores)); results are identical for any count")
+                   help="worker processes (default: min(2, cores); capped at cores x 4 and the run count); "
+                        "results are identical for any count")
+    r.add_argument("--rerun-missing", action="store_true",
+                   help="move finished runs whose trace or database is missing or fails verification back to "
+                        "pending (their old rows are kept under quarantine/)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
@@ -256,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="Markdown + HTML report with figures from DIR/analysis")
     rp.add_argument("dir")
+    rp.add_argument("--stale-ok", action="store_true",
+                    help="report an analysis made from other results than results.parquet holds (said in the header)")
     rp.set_defaults(func=cmd_report)
 
     fz = sub.add_parser("freeze", help="write CONFIG's evidence-freeze lock file (hashes of every input)")
@@ -271,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck = sub.add_parser("check", help="CI gate: bounds on mechanism effects; exit 1 when one fails")
     ck.add_argument("dir")
     ck.add_argument("--expect", required=True)
+    ck.add_argument("--stale-ok", action="store_true",
+                    help="check an analysis made from other results than results.parquet holds")
     ck.set_defaults(func=cmd_check)
 
     ls = sub.add_parser("list", help="list agents, comparisons, conditions, workloads, worlds or faults")
@@ -288,18 +296,53 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(text: str, limit: int = 600) -> str:
+    flat = " ".join(redact(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _crash_log(exc: BaseException) -> str:
+    """Write the full (redacted) traceback of an unforeseen error to a log file; returns where, or why not."""
+    import tempfile
+    import traceback
+
+    try:
+        folder = Path(tempfile.gettempdir()) / "aft-bench"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        text = "".join(traceback.format_exception(exc))
+        path.write_text(f"aft-bench {__version__}\nargv: {redact(' '.join(sys.argv))}\n\n{redact(text)}")
+        return str(path)
+    except OSError as err:
+        return f"(log not written: {err.strerror})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. The error contract: bad input exits 2, an output or integrity problem exits 1, each
+    with one line naming the file, field or flag; anything unforeseen exits 1 with one line and a log path."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except InputError as exc:
-        print(f"aft-bench: error: {exc}", file=sys.stderr)
+        print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except TraceIntegrityError as exc:
-        print(f"aft-bench: trace integrity: {exc}", file=sys.stderr)
+        print(f"aft-bench: trace integrity: {_one_line(str(exc))}", file=sys.stderr)
         return 1
-    except OutputError as exc:
-        print(f"aft-bench: error: {exc}", file=sys.stderr)
+    except (OutputError, EvidenceError) as exc:
+        print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file-system problem no command anticipated: name the file, no traceback
+        where = exc.filename if exc.filename is not None else "?"
+        print(f"aft-bench: error: {where}: {_one_line(exc.strerror or str(exc))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("aft-bench: interrupted; everything recorded before this point is intact", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line and a log, never a traceback
+        log = _crash_log(exc)
+        print(f"aft-bench: internal error: {type(exc).__name__}: {_one_line(str(exc), 300)}; full log: {log}",
+              file=sys.stderr)
         return 1
 
 

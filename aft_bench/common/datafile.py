@@ -9,19 +9,23 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from aft_bench.common.errors import FieldProblem, InputError
+from aft_bench.common.files import check_data, read_text
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or a syntax error is an InputError naming the file."""
+    """Parse a TOML data file; any file-system, encoding, syntax, size or nesting problem is an InputError
+    naming the file (and the field, for an over-long string)."""
+    text = read_text(path)
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise InputError(path, "<file>", str(path), "file not found") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, "<syntax>", str(exc), "not valid TOML") from None
+    except RecursionError:
+        raise InputError(path, "<syntax>", "nesting", "not valid TOML: nested too deeply") from None
+    check_data(data, path)
+    return data
 
 
 def validate(model: type[M], data: Any, path: Path, prefix: str = "") -> M:

@@ -44,3 +44,7 @@ class OutputError(Exception):
     def __init__(self, path: object, exc: OSError) -> None:
         self.path = str(path)
         super().__init__(f"cannot write {self.path}: {exc.strerror or exc}; results recorded earlier are intact")
+
+
+class EvidenceError(Exception):
+    """Recorded evidence of finished runs (a trace, a database) is missing or fails verification."""

@@ -81,7 +81,7 @@ def _finish(pipeline: Pipeline, criteria: Criteria, played: Played) -> EpisodeRe
     trace = pipeline.trace
     trace.append("terminal", action=played.terminal.action, claim=played.terminal.claim)
     state, state_hash = pipeline.backend.snapshot_and_hash()
-    trace.append("terminal_state", hash=state_hash)
+    trace.append("terminal_state", hash=state_hash, state=state)  # recorded so the audit can re-judge the run
     crashpoints.hit("before_seal")
     head = trace.seal().hash
     events = trace.events()

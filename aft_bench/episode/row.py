@@ -10,6 +10,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 from aft_bench.common.canonical import canonical_json
 from aft_bench.episode.episode import EpisodeResult
+from aft_bench.judge.labels import Labels
 
 Group = Literal["key", "label", "usage", "provenance"]
 
@@ -80,15 +81,9 @@ SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
 
 
-def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
-                wall_s: float, hashes: Mapping[str, str]) -> dict[str, Any]:
-    """The row of one episode, before the batch layer adds the session columns."""
-    lb, played = result.labels, result.played
-    u = played.usage
+def label_columns(lb: Labels) -> dict[str, Any]:
+    """The row's columns that the judge computes from the trace and terminal state (the audit recomputes them)."""
     return {
-        **key,
-        "run_id": run_id,
-        "mechanisms": canonical_json(dict(mechanisms)),
         "fault_fired": lb.fault_fired,
         "outcome": lb.outcome,
         "y_goal": lb.y_goal,
@@ -107,6 +102,19 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "context_tokens": lb.context_tokens,
         "recall": lb.capability_recall,
         "tool_calls": lb.tool_calls,
+    }
+
+
+def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
+                wall_s: float, hashes: Mapping[str, str]) -> dict[str, Any]:
+    """The row of one episode, before the batch layer adds the session columns."""
+    played = result.played
+    u = played.usage
+    return {
+        **key,
+        "run_id": run_id,
+        "mechanisms": canonical_json(dict(mechanisms)),
+        **label_columns(result.labels),
         "model_turns": played.turns,
         "model_calls": u.model_calls,
         "prompt_tokens": u.prompt_tokens,

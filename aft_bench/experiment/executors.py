@@ -17,7 +17,6 @@ from aft_bench.experiment.build import run_cell
 from aft_bench.experiment.config import Matrix, load_matrix
 
 Outcome = tuple[int, str, dict[str, Any]]
-MAX_WORKERS = 64
 CHUNK = 8
 
 

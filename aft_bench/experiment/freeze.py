@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
-from typing import Any
 
 from aft_bench.common.canonical import digest
-from aft_bench.common.errors import HarnessError, InputError
+from aft_bench.common.errors import HarnessError, InputError, OutputError
+from aft_bench.common.files import read_json
 from aft_bench.common.paths import PACKAGE
 from aft_bench.experiment.config import Matrix
 from aft_bench.world.catalog import VOCAB_PATH
@@ -97,8 +98,16 @@ def freeze(matrix: Matrix) -> Path:
     """Write the lock file next to the matrix's config."""
     current = inputs(matrix)
     path = lock_path(matrix.path)
-    path.write_text(json.dumps({"config": matrix.path.name, "lock_hash": digest(current), "inputs": current},
-                               indent=2, sort_keys=True) + "\n")
+    text = json.dumps({"config": matrix.path.name, "lock_hash": digest(current), "inputs": current},
+                      indent=2, sort_keys=True) + "\n"
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        raise OutputError(path, exc) from None
     return path
 
 
@@ -107,11 +116,11 @@ def check(matrix: Matrix) -> str | None:
     path = lock_path(matrix.path)
     if not path.exists():
         return None
-    try:
-        lock: dict[str, Any] = json.loads(path.read_text())
-        frozen = lock["inputs"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise InputError(path, "<file>", str(path), "unreadable lock file") from None
+    lock = read_json(path, "lock file")
+    frozen = lock.get("inputs") if isinstance(lock, dict) else None
+    if not isinstance(frozen, dict) or not isinstance(lock.get("lock_hash"), str):
+        raise InputError(path, "inputs", type(frozen).__name__, "not an aft-bench lock file (re-freeze it with "
+                         "`aft-bench freeze`)")
     current = inputs(matrix)
     changed = sorted(k for k in set(frozen) | set(current) if frozen.get(k) != current.get(k))
     if changed:

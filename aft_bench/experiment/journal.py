@@ -18,7 +18,7 @@ from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError
 
 
-def _line(row: dict[str, Any]) -> str:
+def encode(row: dict[str, Any]) -> str:
     body = canonical_json(row)
     return canonical_json({"row": json.loads(body), "sha256": hashlib.sha256(body.encode()).hexdigest()}) + "\n"
 
@@ -70,7 +70,7 @@ class Journal:
         self._fh = open(path, "a", encoding="utf-8")
 
     def append(self, row: dict[str, Any]) -> None:
-        line = _line(row)
+        line = encode(row)
         if crashpoints.armed("mid_row"):
             self._fh.write(line[: len(line) // 2])
             self._fh.flush()

@@ -50,6 +50,7 @@ def manifest(matrix: Matrix) -> dict[str, Any]:
     return {
         "config_path": str(matrix.path),
         "config_hash": matrix.config_hash,
+        "worlds_dir": str(matrix.worlds_dir),
         "experiment": matrix.resolved(),
         "runs": len(matrix.cells),
         "agents": [a.json for a in matrix.agents],

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench.common.errors import InputError, OutputError
+from aft_bench.common.files import read_json
 from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import append_record, read_records
 from aft_bench.experiment.provenance import manifest
@@ -25,7 +26,9 @@ class RunDirectory:
         self._fh: Any = None
 
     def __enter__(self) -> RunDirectory:
-        if self.out.exists() and any(self.out.iterdir()) and not (self.out / "manifest.json").exists():
+        if self.out.exists() and not self.out.is_dir():
+            raise InputError(self.out, "--out", str(self.out), "is a file, not a folder")
+        if self._foreign():  # refuse before creating anything in someone else's folder
             raise InputError(self.out, "--out", str(self.out),
                              "directory holds files but no aft-bench manifest.json; choose a new or empty one")
         try:
@@ -39,7 +42,19 @@ class RunDirectory:
             self._fh.close()
             raise InputError(self.out, "--out", str(self.out),
                              "another aft-bench runner is writing this directory; wait for it or choose another") from None
+        if self._foreign():  # checked again under the lock: a runner that held it may have left no manifest
+            self.__exit__()
+            raise InputError(self.out, "--out", str(self.out),
+                             "directory holds files but no aft-bench manifest.json; choose a new or empty one")
         return self
+
+    def _foreign(self) -> bool:
+        """Files here that no aft-bench run directory would hold (anything but our lock, without a manifest)."""
+        try:
+            names = {p.name for p in self.out.iterdir()} if self.out.is_dir() else set()
+        except OSError as exc:
+            raise InputError(self.out, "--out", str(self.out), f"cannot list: {exc.strerror}") from None
+        return bool(names - {self.LOCK}) and "manifest.json" not in names
 
     def __exit__(self, *exc: Any) -> None:
         fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
@@ -51,7 +66,9 @@ class RunDirectory:
         fresh = manifest(matrix)
         fresh.update(inputs=inputs, lock_hash=lock_hash, run_ids=[c.run_id for c in matrix.cells])
         if path.exists():
-            old = json.loads(path.read_text())
+            old = read_json(path, "aft-bench manifest")
+            if not isinstance(old, dict) or not isinstance(old.get("experiment"), dict):
+                raise InputError(path, "experiment", type(old).__name__, "not an aft-bench manifest")
             diffs = _differences(old, fresh)
             if diffs:
                 raise InputError(path, "resolved config", diffs[:8],
@@ -60,9 +77,11 @@ class RunDirectory:
         _atomic_write(path, json.dumps(fresh, indent=2, sort_keys=True) + "\n")
         return fresh
 
+    def next_session(self) -> int:
+        return len(read_records(self.out / "sessions.jsonl")) + 1
+
     def start_session(self, pending: int) -> int:
-        sessions = read_records(self.out / "sessions.jsonl")
-        n = len(sessions) + 1
+        n = self.next_session()
         append_record(self.out / "sessions.jsonl", {"session": n, "pid": os.getpid(), "pending": pending})
         return n
 

@@ -4,12 +4,13 @@ quarantine of unfinished attempts; one episode is the builder's and the episode 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from aft_bench.common.errors import OutputError
+from aft_bench.common.errors import EvidenceError, OutputError
 from aft_bench.episode.row import write_parquet
-from aft_bench.experiment import executors, freeze
+from aft_bench.experiment import evidence, executors, freeze
 from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import Journal, append_record, ids
 from aft_bench.experiment.rundir import RunDirectory
@@ -17,11 +18,14 @@ from aft_bench.experiment.rundir import RunDirectory
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 
-def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1) -> list[dict]:
+def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
+               rerun_missing: bool = False) -> list[dict]:
     """Run every pending cell of `matrix` into `out`, resuming whatever is already recorded there.
 
     Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
-    end. Returns the rows of the whole matrix recorded so far, in matrix order.
+    end. A finished run whose trace or database is missing or fails verification stops the resume
+    (EvidenceError naming the runs) unless `rerun_missing`, which makes those runs pending again.
+    Returns the rows of the whole matrix recorded so far, in matrix order.
     """
     lock_hash = freeze.check(matrix)
     current_inputs = freeze.inputs(matrix)
@@ -31,6 +35,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             journal = Journal(out / "journal.jsonl")
         except OSError as exc:
             raise OutputError(out, exc) from None
+        journal = _check_evidence(out, journal, rundir, rerun_missing)
         try:
             done = set(ids(journal.rows))
             pending = [i for i, c in enumerate(matrix.cells) if c.run_id not in done]
@@ -49,6 +54,22 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
         except OSError as exc:
             raise OutputError(out / "results.parquet", exc) from None
     return rows
+
+
+def _check_evidence(out: Path, journal: Journal, rundir: RunDirectory, rerun_missing: bool) -> Journal:
+    bad = evidence.problems(out, journal.rows)
+    if not bad:
+        return journal
+    if not rerun_missing:
+        journal.close()
+        shown = "; ".join(f"{rid} ({why})" for rid, why in list(bad.items())[:5])
+        raise EvidenceError(f"{out}: {len(bad)} finished run(s) lack intact evidence: {shown}"
+                            f"{' ...' if len(bad) > 5 else ''}; rerun with --rerun-missing to run them again "
+                            f"(their rows are kept under quarantine/)")
+    journal.close()
+    evidence.retract(out, journal.rows, set(bad), rundir.next_session())
+    print(f"aft-bench: {len(bad)} finished run(s) without intact evidence moved back to pending", file=sys.stderr)
+    return Journal(out / "journal.jsonl")
 
 
 def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int) -> Iterator[executors.Outcome]:

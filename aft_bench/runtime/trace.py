@@ -15,7 +15,8 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from aft_bench.common.canonical import canonical_json
-from aft_bench.common.errors import TraceIntegrityError
+from aft_bench.common.errors import InputError, TraceIntegrityError
+from aft_bench.common.files import read_text
 
 GENESIS = "0" * 64
 SEAL = "sealed"
@@ -99,14 +100,30 @@ class Trace:
 
 
 def read_events(path: str | Path) -> list[Event]:
-    """Parse a JSONL trace file (no integrity check; see `verify`)."""
+    """Parse a JSONL trace file. Every line must be exactly the canonical bytes the trace wrote (a line
+    re-serialized with other spacing or key order is a modification); chain and seal are `verify`'s job."""
     out = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = read_text(Path(path))
+    except InputError as exc:
+        raise TraceIntegrityError(f"{path}: {exc.problem}") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for lineno, line in enumerate(lines, start=1):
         try:
             raw = json.loads(line)
-            out.append(Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"]))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise TraceIntegrityError(f"{path}: line {lineno}: unreadable event ({exc})") from None
+            ev = Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"])
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
+            raise TraceIntegrityError(f"{path}: line {lineno}: unreadable event ({type(exc).__name__})") from None
+        try:
+            canonical = canonical_json(raw)
+        except ValueError:  # NaN/Infinity: never written by a trace
+            canonical = None
+        if canonical != line:
+            raise TraceIntegrityError(f"{path}: line {lineno}: not the canonical bytes the trace wrote "
+                                      f"(re-serialized or edited)")
+        out.append(ev)
     return out
 
 

@@ -174,8 +174,12 @@ def load_world(path: str | Path) -> World:
 
 
 def find_world(worlds_dir: Path, world_id: str) -> World:
-    """Load `worlds/<id>/world.toml`; an unknown id lists the known ones."""
+    """Load `worlds/<id>/world.toml`; an unknown id lists the known ones. A world reference never leaves
+    `worlds_dir` (no `..`, no absolute path, no symbolic link out)."""
     path = worlds_dir / world_id / "world.toml"
+    if Path(world_id).is_absolute() or not path.resolve().is_relative_to(worlds_dir.resolve()):
+        raise InputError(worlds_dir, "world", world_id, "a world reference must name a folder inside the worlds "
+                         "directory")
     if not path.exists():
         known = sorted(d.name for d in worlds_dir.iterdir() if (d / "world.toml").exists())
         raise InputError(worlds_dir, "world", world_id, f"unknown world; known: {', '.join(known)}")

@@ -1,0 +1,151 @@
+"""The results table as the analysis may use it: read safely and checked against the declared row model
+(columns, types, no NaN where a value is required, one row per run and per tuple) before anything reaches a
+statistic. Every problem names the column and the runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from aft_bench.common.errors import InputError
+from aft_bench.common.files import read_json
+from aft_bench.episode.row import SCHEMA
+
+KEY_COLUMNS = [c.name for c in SCHEMA.values() if c.group == "key" and c.name != "run_id"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    column: str
+    run_ids: tuple[str, ...]
+    problem: str
+
+    def __str__(self) -> str:
+        shown = ", ".join(self.run_ids[:3]) + (f" and {len(self.run_ids) - 3} more" if len(self.run_ids) > 3 else "")
+        return f"column '{self.column}': {self.problem}" + (f" (runs {shown})" if shown else "")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_float(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
+        and math.isfinite(float(v))
+
+
+def _is_json(v: Any) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        json.loads(v)
+    except ValueError:
+        return False
+    return True
+
+
+CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "int": (_is_int, "an integer"),
+    "float": (_is_float, "a finite number"),
+    "bool": (lambda v: isinstance(v, (bool, np.bool_)), "true or false"),
+    "json": (_is_json, "a JSON text"),
+}
+
+
+def _null(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def problems(df: pd.DataFrame) -> list[Problem]:
+    """Every way `df` departs from the row model: missing or extra columns, wrongly typed or missing values
+    (NaN included), duplicate run ids and duplicate run tuples."""
+    out: list[Problem] = []
+    missing = [c for c in SCHEMA if c not in df.columns]
+    extra = [c for c in df.columns if c not in SCHEMA]
+    out += [Problem(c, (), "missing from the table") for c in missing]
+    out += [Problem(str(c), (), "not a column of the row model") for c in extra]
+    ids = df["run_id"].astype(str).tolist() if "run_id" in df.columns else [str(i) for i in range(len(df))]
+    for name, col in SCHEMA.items():
+        if name not in df.columns:
+            continue
+        base, nullable = col.type.rstrip("?"), col.type.endswith("?")
+        ok, what = CHECKS[base]
+        bad = [rid for rid, v in zip(ids, df[name].tolist())
+               if not ((nullable and _null(v)) or (not _null(v) and ok(v)))]
+        if bad:
+            out.append(Problem(name, tuple(bad), f"must be {what}{' or null' if nullable else ''}"))
+    if "run_id" in df.columns:
+        dup = df["run_id"][df["run_id"].duplicated(keep=False)]
+        if len(dup):
+            out.append(Problem("run_id", tuple(sorted(set(map(str, dup)))), "the same run id on several rows"))
+    keys = [k for k in KEY_COLUMNS if k in df.columns]
+    if keys and not missing:
+        twice = df[df.duplicated(subset=keys, keep=False)]
+        if len(twice):
+            out.append(Problem("(run tuple)", tuple(map(str, twice["run_id"])), "the same run tuple on several rows"))
+    return out
+
+
+def read_results(directory: Path) -> pd.DataFrame:
+    """`DIR/results.parquet`, checked against the row model; any problem is an InputError naming it."""
+    if not directory.is_dir():
+        raise InputError(directory, "<dir>", str(directory), "no such results folder")
+    path = directory / "results.parquet"
+    if not path.exists():
+        raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(path, "<file>", str(path), f"not a readable parquet table ({_short(exc)})") from None
+    found = problems(df)
+    if found:
+        more = f"; and {len(found) - 1} more problem(s)" if len(found) > 1 else ""
+        raise InputError(path, found[0].column, found[0].run_ids[:3],
+                         f"{found[0].problem}{more} (edited or not made by aft-bench?)")
+    return df
+
+
+def results_sha256(directory: Path) -> str:
+    return hashlib.sha256((directory / "results.parquet").read_bytes()).hexdigest()
+
+
+def read_analysis(directory: Path, stale_ok: bool = False) -> tuple[dict[str, Any], bool]:
+    """`DIR/analysis/meta.json` after checking that the analysis was made from the current results
+    (refused otherwise unless `stale_ok`); returns the meta and whether it is stale."""
+    read_results(directory)
+    meta_path = directory / "analysis" / "meta.json"
+    if not meta_path.exists():
+        raise InputError(directory / "analysis", "<dir>", str(directory / "analysis"),
+                         "no analysis here (run `aft-bench analyze` first)")
+    meta = read_json(meta_path, "analysis meta.json")
+    if not isinstance(meta, dict) or "input_sha256" not in meta:
+        raise InputError(meta_path, "input_sha256", "<missing>", "not an aft-bench analysis meta.json")
+    stale = meta["input_sha256"] != results_sha256(directory)
+    if stale and not stale_ok:
+        raise InputError(meta_path, "input_sha256", str(meta["input_sha256"])[:12],
+                         "the analysis was made from other results than results.parquet holds now; run "
+                         "`aft-bench analyze` again (or pass --stale-ok)")
+    return meta, stale
+
+
+def read_table(directory: Path, name: str) -> list[dict[str, Any]]:
+    """One analysis table (`primary`, `secondary`, ...) as a list of rows."""
+    path = directory / "analysis" / f"{name}.json"
+    data = read_json(path, f"analysis table {name}.json")
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InputError(path, "<root>", type(data).__name__, "not an aft-bench analysis table (a list of rows)")
+    return data
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) < 120 else text[:117] + "..."

@@ -1,0 +1,119 @@
+"""`aft-bench validate PATH...`: check any data file, recognised by its content (its top-level tables), not by
+its name: world folders and manifests, task files, workloads, fault schedules, calibration cases, experiment
+configs, CI expectations, the comparison and condition tables and the catalog vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aft_bench.common.datafile import read_toml
+from aft_bench.common.errors import InputError
+
+
+def _world(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.tasks.task import load_tasks
+    from aft_bench.world.manifest import load_world
+
+    world = load_world(p)
+    tasks = p.parent / "tasks.toml"
+    n = len(load_tasks(tasks, world)) if tasks.exists() else 0
+    return f"'{world.id}', {len(world.operations)} operations, {n} tasks"
+
+
+def _tasks(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.tasks.task import load_tasks
+    from aft_bench.world.manifest import load_world
+
+    world_file = p.parent / "world.toml"
+    if not world_file.exists():
+        raise InputError(p, "tasks", str(world_file), "a task file is checked against the world.toml beside it; "
+                         "there is none")
+    return f"{len(load_tasks(p, load_world(world_file)))} tasks of world '{load_world(world_file).id}'"
+
+
+def _workload(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.tasks.workloads import load_workload
+
+    # a workload under <worlds>/workloads/ is checked against the worlds beside it
+    wl = load_workload(p, p.parent.parent if p.parent.name == "workloads" else worlds)
+    return f"'{wl.id}', {len(wl.tasks)} tasks, {len(wl.variants)} fault variants"
+
+
+def _schedule(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.runtime.faults import check_schedule, load_schedule
+    from aft_bench.world.manifest import load_world
+
+    sched = load_schedule(p)
+    if p.parent.name == "faults" and (p.parent.parent / "world.toml").exists():
+        check_schedule(sched, load_world(p.parent.parent).operations, p)
+    return f"'{sched.id}', {len(sched.faults)} faults"
+
+
+def _cases(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.experiment.calibration import load_cases
+
+    return f"{len(load_cases(p))} cases"
+
+
+def _config(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.experiment.config import load_matrix
+
+    m = load_matrix(p, worlds)
+    return f"'{m.experiment.id}', {len(m.cells)} runs"
+
+
+def _expect(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.analysis.gate import Expectations
+    from aft_bench.common.datafile import validate
+
+    return f"{len(validate(Expectations, data, p).bounds)} bounds"
+
+
+def _comparisons(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.experiment.comparisons import load_comparisons
+
+    return f"{len(load_comparisons(p))} comparisons"
+
+
+def _conditions(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.interface.mechanisms import load_conditions
+
+    return f"{len(load_conditions(p).names())} conditions"
+
+
+def _vocab(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.world.catalog import load_vocab
+
+    return f"sizes {list(load_vocab(p).sizes)}"
+
+
+# The first top-level table that identifies a kind wins; order matters where kinds share a table name.
+KINDS: dict[str, tuple[str, Callable[[Path, dict[str, Any], Path], str]]] = {
+    "world": ("world manifest", _world),
+    "workload": ("workload", _workload),
+    "experiment": ("experiment config", _config),
+    "cases": ("calibration cases", _cases),
+    "bounds": ("CI expectations", _expect),
+    "comparisons": ("comparisons", _comparisons),
+    "ladder": ("conditions", _conditions),
+    "actions": ("catalog vocabulary", _vocab),
+    "faults": ("fault schedule", _schedule),
+    "tasks": ("task file", _tasks),
+}
+
+
+def validate_path(raw: str, worlds: Path) -> str:
+    """Check one path; returns the line to print, raises InputError naming the problem."""
+    p = Path(raw)
+    if p.is_dir():
+        if not (p / "world.toml").exists():
+            raise InputError(p, "<dir>", str(p), "a folder is validated as a world and holds no world.toml")
+        p = p / "world.toml"
+    data = read_toml(p)
+    for key, (kind, check) in KINDS.items():
+        if key in data:
+            return f"ok  {raw}: {kind}: {check(p, data, worlds)}"
+    raise InputError(p, "<root>", sorted(data), "not an aft-bench data file: no table says what it is "
+                     f"(one of {', '.join(KINDS)})")

@@ -1,0 +1,116 @@
+"""Reading input files so that every file-system or decoding problem is one InputError naming the file:
+missing, a directory, unreadable, a symlink loop, too large, not UTF-8, nested too deeply, strings too long."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aft_bench.common.errors import InputError, OutputError
+
+MAX_FILE_BYTES = 64 * 1024 * 1024  # no data file, journal or manifest of a real experiment comes near this
+MAX_STRING = 64 * 1024  # characters in one string field of a data file (task specs are < 1 KiB)
+MAX_DEPTH = 64  # nesting of tables/arrays in a data file (ours use at most 5)
+
+
+def _os_problem(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "file not found"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not a file"
+    if isinstance(exc, PermissionError):
+        return "not readable (permission denied)"
+    if exc.errno == errno.ELOOP:
+        return "symbolic link loop"
+    if exc.errno == errno.ENOTDIR:
+        return "a parent of this path is not a directory"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def read_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The file's bytes; any OS problem or a file over `limit` bytes is an InputError naming it."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(path, "<file>", str(path), _os_problem(exc)) from None
+    if len(data) > limit:
+        raise InputError(path, "<file>", str(path), f"larger than {limit // (1024 * 1024)} MiB")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The file as strict UTF-8 text (a byte-order mark or any other encoding is refused, naming the byte)."""
+    data = read_bytes(path, limit)
+    if data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(path, "<encoding>", data[:3].hex(), "starts with a byte-order mark; save it as UTF-8 "
+                         "without BOM")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "<encoding>", f"byte {exc.start}", "not UTF-8 text") from None
+
+
+def read_json(path: Path, what: str = "JSON document") -> Any:
+    """A JSON file (a manifest, a lock, an analysis table); malformed or truncated is an InputError."""
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "<syntax>", f"line {exc.lineno} column {exc.colno}",
+                         f"not a valid {what} (truncated or edited?)") from None
+    except RecursionError:
+        raise InputError(path, "<syntax>", "nesting", f"not a valid {what}: nested too deeply") from None
+    return data
+
+
+def check_data(data: Any, path: Path, max_string: int = MAX_STRING, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse a parsed data file whose strings are longer than `max_string` or whose nesting is deeper than
+    `max_depth`, naming the field (iterative: never itself the victim of deep nesting)."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > max_depth:
+            raise InputError(path, where or "<root>", "...", f"nested more than {max_depth} levels deep")
+        if isinstance(value, str):
+            if len(value) > max_string:
+                raise InputError(path, where or "<root>", value[:40] + "...",
+                                 f"string of {len(value)} characters; the limit is {max_string}")
+        elif isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}.{i}" if where else str(i), depth + 1) for i, v in enumerate(value))
+
+
+def input_dir(path: Path, flag: str) -> Path:
+    """A folder given on the command line that must exist."""
+    if not path.exists():
+        raise InputError(path, flag, str(path), "no such folder")
+    if not path.is_dir():
+        raise InputError(path, flag, str(path), "is a file, not a folder")
+    return path
+
+
+def write_folder(final: Path, fill: Callable[[Path], None]) -> None:
+    """Create folder `final` atomically: `fill` writes into a temp folder beside it, which replaces `final`
+    only when `fill` succeeded; on any failure the previous `final` (or its absence) is left untouched."""
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    except OSError as exc:
+        raise OutputError(final, exc) from None
+    try:
+        fill(tmp)
+        old = final.with_name(f".{final.name}-old")
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,34 @@
+"""Judging a run again from its sealed trace alone: the terminal state the trace recorded (checked against
+the hash recorded beside it) and the task's criteria give the labels, which must equal the recorded row's."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aft_bench.common.canonical import canonical_json
+from aft_bench.common.errors import TraceIntegrityError
+from aft_bench.judge.labels import Labels, compute_labels
+from aft_bench.runtime.trace import Event
+from aft_bench.tasks.task import Criteria
+
+
+def recorded_state(events: Iterable[Event]) -> Mapping[str, Any]:
+    """The terminal world state recorded in the trace; its canonical hash must equal the recorded hash."""
+    last = None
+    for e in events:
+        if e.kind == "terminal_state":
+            last = e
+    if last is None or "state" not in last.data:
+        raise TraceIntegrityError("the trace records no terminal state (made before aft-bench recorded it?)")
+    state = last.data["state"]
+    if hashlib.sha256(canonical_json(state).encode("utf-8")).hexdigest() != last.data.get("hash"):
+        raise TraceIntegrityError("the recorded terminal state does not match its recorded hash")
+    return state
+
+
+def rejudge(events: Iterable[Event], criteria: Criteria) -> Labels:
+    """The labels of a sealed trace, computed exactly as when the run was made."""
+    evs = list(events)
+    return compute_labels(evs, recorded_state(evs), criteria)
