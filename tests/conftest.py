@@ -51,3 +51,14 @@ def paper(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     out = tmp_path_factory.mktemp("paper") / "out"
     run_matrix(load_matrix(ROOT / "configs" / "paper_deterministic.toml", WORLDS), out, workers=2)
     return out, pd.read_parquet(out / "results.parquet")
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory) -> Path:
+    """One run of configs/smoke.toml (36 runs), analyzed; copy it before changing anything in it."""
+    from aft_bench.analysis.analyze import Options, analyze
+
+    out = tmp_path_factory.mktemp("smoke_results") / "out"
+    run_matrix(load_matrix(ROOT / "configs" / "smoke.toml", WORLDS), out, workers=1)
+    analyze(out, Options(resamples=200, permutations=500))
+    return out

@@ -84,6 +84,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_verify_trace(args: argparse.Namespace) -> int:
     from aft_bench.runtime.trace import verify_file
 
+    if not Path(args.trace).is_file():
+        raise InputError(args.trace, "trace", args.trace, "no such trace file")
     head = verify_file(args.trace, args.head)
     print(f"ok  {args.trace}: chain intact and sealed, head {head}")
     return 0

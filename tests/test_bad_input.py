@@ -1,0 +1,278 @@
+"""Every command against malformed input: generated broken data files, results tables, manifests, journals,
+traces, lock files, expectation files and flags. Each case asserts the exit code (2 for bad input, 1 for a
+failed check or damaged evidence), exactly one line on stderr, no traceback, and that nothing in the folder
+was written or changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from aft_bench.cli.main import main
+
+from conftest import ROOT, WORLDS
+
+SMOKE = ROOT / "configs" / "smoke.toml"
+
+
+def _snapshot(d: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_symlink():
+            out[str(p.relative_to(d))] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[str(p.relative_to(d))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[str(p.relative_to(d))] = "dir"
+    return out
+
+
+# --- ways to break a data file (TOML): each writes the broken file at `p` --------------------------------------
+def _dir(p: Path) -> None:
+    p.mkdir()
+
+
+def _latin1(p: Path) -> None:
+    p.write_bytes('[experiment]\nid = "caf\xe9"\n'.encode("latin-1"))
+
+
+def _utf16(p: Path) -> None:
+    p.write_bytes('[experiment]\nid = "x"\n'.encode("utf-16"))
+
+
+def _loop(p: Path) -> None:
+    os.symlink(p, p)
+
+
+def _deep(p: Path) -> None:
+    p.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+
+
+def _long_string(p: Path) -> None:
+    p.write_text(f'[experiment]\nid = "{"x" * 200_000}"\n')
+
+
+def _binary(p: Path) -> None:
+    p.write_bytes(bytes(range(256)) * 4)
+
+
+def _truncated(p: Path) -> None:
+    p.write_text(SMOKE.read_text()[:57])
+
+
+def _empty(p: Path) -> None:
+    p.write_text("")
+
+
+def _missing(p: Path) -> None:
+    pass
+
+
+DATA_FILE_BREAKS: dict[str, Callable[[Path], None]] = {
+    "a directory": _dir, "latin-1": _latin1, "utf-16 with BOM": _utf16, "symlink loop": _loop,
+    "nested 100k deep": _deep, "200k-char string": _long_string, "binary": _binary, "truncated": _truncated,
+    "empty": _empty, "missing": _missing,
+}
+
+# --- commands that read a data file: argv with {f} for the broken file, {d} for a results copy -----------------
+DATA_FILE_COMMANDS = {
+    "run": ["run", "{f}", "--out", "{t}/out", "--worlds", str(WORLDS)],
+    "freeze": ["freeze", "{f}", "--worlds", str(WORLDS)],
+    "validate": ["validate", "{f}"],
+    "calibrate --cases": ["calibrate", "--cases", "{f}", "--worlds", str(WORLDS)],
+    "check --expect": ["check", "{d}", "--expect", "{f}"],
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]
+    code: int
+    prepare: Callable[[Path, Path], None] = lambda t, d: None  # (tmp folder, results copy)
+
+
+def _data_file_cases() -> list[Case]:
+    out = []
+    for cmd, argv in DATA_FILE_COMMANDS.items():
+        for name, brk in DATA_FILE_BREAKS.items():
+            def prepare(t: Path, d: Path, brk: Callable[[Path], None] = brk) -> None:
+                brk(t / "bad.toml")
+            out.append(Case(f"{cmd}: {name}", argv, 2, prepare))
+    return out
+
+
+# --- ways to break a results directory ------------------------------------------------------------------------
+def _edit_table(fn: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        df = pd.read_parquet(d / "results.parquet")
+        fn(df).to_parquet(d / "results.parquet", index=False)
+    return prepare
+
+
+def _set(col: str, value: object) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def fn(df: pd.DataFrame) -> pd.DataFrame:
+        df[col] = df[col].astype(str if isinstance(value, str) else object)  # parquet needs one type per column
+        df.loc[3, col] = value
+        return df
+    return fn
+
+
+def _bytes(name: str, fn: Callable[[bytes], bytes]) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        p = d / name
+        p.write_bytes(fn(p.read_bytes()))
+    return prepare
+
+
+TABLE_BREAKS: dict[str, Callable[[Path, Path], None]] = {
+    "truncated parquet": _bytes("results.parquet", lambda b: b[: len(b) // 2]),
+    "garbage parquet": _bytes("results.parquet", lambda b: b"PAR1 not really"),
+    "empty parquet file": _bytes("results.parquet", lambda b: b""),
+    "NaN endpoint": _edit_table(_set("duplicate_effects", float("nan"))),
+    "NaN recall": _edit_table(_set("recall", float("nan"))),
+    "string endpoint": _edit_table(_set("unsafe_commits", "three")),
+    "bool as y_goal string": _edit_table(_set("y_goal", "yes")),
+    "missing column": _edit_table(lambda df: df.drop(columns=["incorrect_claim"])),
+    "extra column": _edit_table(lambda df: df.assign(bonus=1)),
+    "duplicate row": _edit_table(lambda df: pd.concat([df, df.iloc[[0]]], ignore_index=True)),
+    "duplicate tuple": _edit_table(lambda df: pd.concat([df, df.iloc[[0]].assign(run_id="f" * 16)],
+                                                        ignore_index=True)),
+    "results removed": lambda t, d: (d / "results.parquet").unlink(),
+}
+TABLE_COMMANDS = {
+    "analyze": ["analyze", "{d}", "--resamples", "50", "--permutations", "50"],
+    "summarize": ["summarize", "{d}"],
+    "report": ["report", "{d}", "--stale-ok"],
+    "check": ["check", "{d}", "--expect", str(ROOT / "configs" / "ci_expect.toml"), "--stale-ok"],
+}
+
+
+def _table_cases() -> list[Case]:
+    return [Case(f"{cmd}: {name}", argv, 2, brk) for cmd, argv in TABLE_COMMANDS.items()
+            for name, brk in TABLE_BREAKS.items()]
+
+
+def _write(name: str, content: bytes) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        (d / name).write_bytes(content)
+    return prepare
+
+
+def _first_trace(d: Path) -> Path:
+    return sorted((d / "traces").glob("*.jsonl"))[0]
+
+
+def _expect(text: str) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        (t / "bad.toml").write_text(text)
+    return prepare
+
+
+RUN_AGAIN = ["run", str(SMOKE), "--out", "{d}", "--worlds", str(WORLDS)]
+OTHER_CASES = [
+    # manifests, journals, lock files and traces of a results folder
+    Case("run resume: truncated manifest", RUN_AGAIN, 2, _bytes("manifest.json", lambda b: b[: len(b) // 3])),
+    Case("run resume: manifest is a list", RUN_AGAIN, 2, _write("manifest.json", b"[1, 2]")),
+    Case("run resume: non-UTF-8 manifest", RUN_AGAIN, 2, _write("manifest.json", b"\xff\xfe{}")),
+    Case("run resume: corrupt journal line", RUN_AGAIN, 2,
+         _bytes("journal.jsonl", lambda b: b.replace(b'"row"', b'"rov"', 1))),
+    Case("run resume: a finished run's trace deleted", RUN_AGAIN, 1, lambda t, d: _first_trace(d).unlink()),
+    Case("run resume: a finished run's trace edited", RUN_AGAIN, 1,
+         lambda t, d: _first_trace(d).write_text(_first_trace(d).read_text().replace('"seq":1', '"seq":7', 1))),
+    Case("audit: truncated manifest", ["audit", "{d}"], 1, _bytes("manifest.json", lambda b: b[:10])),
+    Case("audit: no manifest", ["audit", "{d}"], 2, lambda t, d: (d / "manifest.json").unlink()),
+    Case("audit: missing folder", ["audit", "{t}/nowhere"], 2),
+    Case("audit: corrupt journal", ["audit", "{d}"], 1,
+         _bytes("journal.jsonl", lambda b: b.replace(b'"row"', b'"rov"', 1))),
+    Case("audit: truncated parquet", ["audit", "{d}"], 1, _bytes("results.parquet", lambda b: b[:100])),
+    Case("audit: NaN endpoint", ["audit", "{d}"], 1, _edit_table(_set("duplicate_effects", float("nan")))),
+    Case("audit: trace deleted", ["audit", "{d}"], 1, lambda t, d: _first_trace(d).unlink()),
+    Case("audit: trace re-serialized", ["audit", "{d}"], 1, lambda t, d: _first_trace(d).write_text(
+        "\n".join(json.dumps(json.loads(ln)) for ln in _first_trace(d).read_text().splitlines()) + "\n")),
+    Case("verify-trace: garbage", ["verify-trace", "{t}/bad.jsonl"], 1,
+         lambda t, d: (t / "bad.jsonl").write_bytes(b"\x00\x01garbage")),
+    Case("verify-trace: empty", ["verify-trace", "{t}/bad.jsonl"], 1, lambda t, d: (t / "bad.jsonl").write_text("")),
+    Case("verify-trace: missing", ["verify-trace", "{t}/bad.jsonl"], 2),
+    Case("verify-trace: a directory", ["verify-trace", "{t}"], 2),
+    Case("verify-trace: wrong head", ["verify-trace", "{trace}", "--head", "0" * 64], 1),
+    # analysis tables
+    Case("report: stale analysis", ["report", "{d}"], 2, _edit_table(lambda df: df.iloc[::-1])),
+    Case("check: stale analysis", ["check", "{d}", "--expect", str(ROOT / "configs" / "ci_expect.toml")], 2,
+         _edit_table(lambda df: df.iloc[::-1])),
+    Case("report: garbage meta.json", ["report", "{d}"], 2, _write("analysis/meta.json", b"{garbage")),
+    Case("report: primary.json not a list", ["report", "{d}"], 2, _write("analysis/primary.json", b'{"a": 1}')),
+    Case("check: truncated primary.json", ["check", "{d}", "--expect", str(ROOT / "configs" / "ci_expect.toml")],
+         2, _bytes("analysis/primary.json", lambda b: b[: len(b) // 2])),
+    Case("report: no analysis", ["report", "{d}"], 2, lambda t, d: shutil.rmtree(d / "analysis")),
+    # expectation files
+    Case("check: bound with 1.2.3", ["check", "{d}", "--expect", "{t}/bad.toml"], 2,
+         _expect('bounds = ["duplicate_effects.utility_diff >= 1.2.3"]\n')),
+    Case("check: non-numeric field", ["check", "{d}", "--expect", "{t}/bad.toml"], 2,
+         _expect('bounds = ["duplicate_effects.endpoint > 0"]\n')),
+    Case("check: unknown comparison", ["check", "{d}", "--expect", "{t}/bad.toml"], 2,
+         _expect('bounds = ["x.utility_diff > 0"]\n')),
+    Case("check: unknown field", ["check", "{d}", "--expect", "{t}/bad.toml"], 2,
+         _expect('bounds = ["duplicate_effects.speed > 0"]\n')),
+    Case("check: no bounds", ["check", "{d}", "--expect", "{t}/bad.toml"], 2, _expect("bounds = []\n")),
+    Case("check: bounds not strings", ["check", "{d}", "--expect", "{t}/bad.toml"], 2, _expect("bounds = [1]\n")),
+    # flags and folders
+    Case("run: --out is a file", ["run", str(SMOKE), "--out", "{t}/file"], 2,
+         lambda t, d: (t / "file").write_text("x")),
+    Case("run: --out holds foreign files", ["run", str(SMOKE), "--out", "{t}/foreign"], 2,
+         lambda t, d: ((t / "foreign").mkdir(), (t / "foreign" / "notes.txt").write_text("mine"))),
+    Case("run: --workers 0", ["run", str(SMOKE), "--out", "{t}/out", "--workers", "0"], 2),
+    Case("run: --worlds missing", ["run", str(SMOKE), "--out", "{t}/out", "--worlds", "{t}/nowhere"], 2),
+    Case("run: --worlds is a file", ["run", str(SMOKE), "--out", "{t}/out", "--worlds", str(SMOKE)], 2),
+    Case("list: --worlds missing", ["list", "workloads", "--worlds", "{t}/nowhere"], 2),
+    Case("calibrate: --worlds is a file", ["calibrate", "--worlds", str(SMOKE)], 2),
+    Case("summarize: missing folder", ["summarize", "{t}/nowhere"], 2),
+    Case("analyze: a file, not a folder", ["analyze", str(SMOKE)], 2),
+    Case("run: garbage lock file", ["run", "{t}/cfg/smoke.toml", "--out", "{t}/out", "--worlds", str(WORLDS)], 2,
+         lambda t, d: ((t / "cfg").mkdir(), shutil.copy(SMOKE, t / "cfg" / "smoke.toml"),
+                       (t / "cfg" / "smoke.lock.json").write_text("{not json"))),
+    Case("run: lock file with inputs as a list", ["run", "{t}/cfg/smoke.toml", "--out", "{t}/out"], 2,
+         lambda t, d: ((t / "cfg").mkdir(), shutil.copy(SMOKE, t / "cfg" / "smoke.toml"),
+                       (t / "cfg" / "smoke.lock.json").write_text('{"inputs": [], "lock_hash": "x"}'))),
+    Case("freeze: lock path is a folder (unwritable)", ["freeze", "{t}/cfg/smoke.toml", "--worlds", str(WORLDS)], 1,
+         lambda t, d: ((t / "cfg").mkdir(), shutil.copy(SMOKE, t / "cfg" / "smoke.toml"),
+                       (t / "cfg" / "smoke.lock.json").mkdir())),
+]
+
+CASES = _data_file_cases() + _table_cases() + OTHER_CASES
+
+
+def test_the_suite_is_as_large_as_the_readme_says() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert f"{len(CASES)} malformed-input cases" in readme
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_an_exit_code_and_nothing_written(case: Case, smoke_results: Path, tmp_path: Path,
+                                                                capsys) -> None:
+    d = tmp_path / "results"
+    shutil.copytree(smoke_results, d, ignore=shutil.ignore_patterns(".runner.lock"))
+    case.prepare(tmp_path, d)
+    trace = str(_first_trace(d)) if (d / "traces").is_dir() and any((d / "traces").iterdir()) else ""
+    argv = [a.format(t=tmp_path, d=d, f=tmp_path / "bad.toml", trace=trace) for a in case.argv]
+    before = _snapshot(tmp_path)
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert code == case.code, (case.id, captured.err, captured.out[-500:])
+    assert "Traceback" not in captured.err + captured.out
+    if case.argv[0] == "audit" and code == 1:  # a failed audit prints its checks on stdout, FAIL named
+        assert "FAIL" in captured.out and not lines, captured
+    else:
+        assert len(lines) == 1 and lines[0].startswith("aft-bench: "), (case.id, captured.err)
+    after = _snapshot(tmp_path)
+    after.pop("results/.runner.lock", None)  # a resume takes the runner lock (an empty file) before refusing
+    assert after == before, (case.id, set(after.items()) ^ set(before.items()))
