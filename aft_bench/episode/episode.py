@@ -5,6 +5,7 @@ experiment's builder resolves names, and calibration builds its setups directly.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,10 @@ def _finish(pipeline: Pipeline, criteria: Criteria, played: Played) -> EpisodeRe
     """Record the terminal decision and state, seal the trace, compute labels, cross-check the store."""
     trace = pipeline.trace
     trace.append("terminal", action=played.terminal.action, claim=played.terminal.claim)
-    state, state_hash = pipeline.backend.snapshot_and_hash()
-    trace.append("terminal_state", hash=state_hash, state=state)  # recorded so the audit can re-judge the run
+    state, state_text, state_hash = pipeline.backend.snapshot_and_hash()
+    # recorded so the audit can re-judge the run; the canonical text is reused, not serialized again
+    trace.append_canonical("terminal_state", f'{{"hash":"{state_hash}","state":{state_text}}}',
+                           {"hash": state_hash, "state": json.loads(state_text)})
     crashpoints.hit("before_seal")
     head = trace.seal().hash
     events = trace.events()

@@ -71,13 +71,18 @@ class Trace:
         return bool(self._events) and self._events[-1].kind == SEAL
 
     def append(self, kind: str, /, **data: Any) -> Event:
+        data_json = canonical_json(data)
+        # Data is stored as parsed from its canonical JSON: detached from the caller's objects, JSON-exact.
+        return self.append_canonical(kind, data_json, json.loads(data_json))
+
+    def append_canonical(self, kind: str, data_json: str, data: dict[str, Any]) -> Event:
+        """Append an event whose data the caller already holds as canonical JSON (`data_json`) and as the
+        value parsed from exactly that text (`data`, owned by the trace from now on)."""
         if self.sealed:
             raise TraceIntegrityError("append to a sealed trace")
-        data_json = canonical_json(data)
         seq, prev = len(self._events), self.head
         digest_ = _hash(seq, kind, data_json, prev)
-        # Data is stored as parsed from its canonical JSON: detached from the caller's objects, JSON-exact.
-        ev = Event(seq, kind, MappingProxyType(json.loads(data_json)), prev, digest_)
+        ev = Event(seq, kind, MappingProxyType(data), prev, digest_)
         self._events.append(ev)
         if self._fh is not None:
             kind_json = canonical_json(kind)

@@ -110,10 +110,10 @@ class Backend:
     def state_hash(self) -> str:
         return hashlib.sha256(self.store.snapshot_text().encode("utf-8")).hexdigest()
 
-    def snapshot_and_hash(self) -> tuple[dict[str, Any], str]:
-        """Terminal state and its canonical hash from one serialization."""
+    def snapshot_and_hash(self) -> tuple[dict[str, Any], str, str]:
+        """Terminal state, its canonical JSON text and that text's hash, from one serialization."""
         text = self.store.snapshot_text()
-        return json.loads(text), hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return json.loads(text), text, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def record(self, ref: str) -> dict[str, Any] | None:
         coll, key = ref.split("/", 1)
