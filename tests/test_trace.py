@@ -25,7 +25,7 @@ def _sample(path: Path) -> str:
 
 def test_api_is_append_and_read_only() -> None:
     public = {n for n in dir(Trace) if not n.startswith("_")}
-    assert public == {"append", "seal", "events", "of_kind", "head", "sealed"}
+    assert public == {"append", "append_canonical", "seal", "events", "of_kind", "head", "sealed"}  # appends only
     t = Trace()
     ev = t.append("a", x=[1])
     with pytest.raises(TypeError):
