@@ -24,6 +24,7 @@ reproduce: $(STAMP)
 	$(BIN)/aft-bench summarize results/latest
 	$(BIN)/aft-bench analyze results/latest
 	$(BIN)/aft-bench report results/latest
+	$(BIN)/aft-bench audit results/latest
 	$(BIN)/aft-bench run configs/sqlite_replication.toml --out $(SQL_DIR)
 	ln -sfn $(notdir $(SQL_DIR)) results/latest-sqlite
 	$(BIN)/aft-bench analyze results/latest-sqlite > /dev/null
