@@ -108,3 +108,81 @@ steps = [{ call = "charge_payment", args = { order_id = "o1", amount = 50, note 
     assert rows["duplicate_effect"].positive_fired is False and rows["duplicate_effect"].negative_silent is None
     assert rows["y_goal"].positive_fired is True and rows["y_goal"].negative_silent is None
     assert all(r.positive_fired is None for name, r in rows.items() if name not in ("duplicate_effect", "y_goal"))
+
+
+def _case_file(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "cases.toml"
+    p.write_text(body)
+    return p
+
+
+STEPS = 'steps = [{ end = "finish", claim = "success" }]\n'
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[[cases]]\ndetector = "y_goal"\npositive = true\ntask = "payments/nope"\n' + STEPS,
+     "field 'cases.0.task': unknown task"),
+    ('[[cases]]\ndetector = "y_goal"\npositive = true\ntask = "payments/charge-o1"\n'
+     'faults = [{ kind = "response_loss" }]\n' + STEPS, "field 'cases.0.faults.0.op': Field required"),
+    ('[[cases]]\ndetector = "y_goal"\npositive = true\ntask = "payments/charge-o1"\n'
+     'faults = [{ kind = "response_loss", op = "launch" }]\n' + STEPS,
+     "field 'cases.0.faults.0.op': unknown operation"),
+])
+def test_a_bad_case_names_the_cases_file_and_the_case_field(tmp_path: Path, body: str, message: str) -> None:
+    from aft_bench.common.errors import InputError
+    from aft_bench.experiment.calibration import run_cases
+    from aft_bench.tasks.worldset import WorldSet
+
+    path = _case_file(tmp_path, body)
+    with pytest.raises(InputError) as exc:
+        run_cases(WorldSet(WORLDS), path)
+    assert str(exc.value).startswith(f"{path}: {message}"), str(exc.value)
+
+
+def test_a_case_runs_with_its_own_seed_and_keeps_its_episode(tmp_path: Path) -> None:
+    from aft_bench.experiment.calibration import run_cases
+    from aft_bench.tasks.worldset import WorldSet
+
+    path = _case_file(tmp_path, '[[cases]]\ndetector = "y_goal"\npositive = false\ntask = "payments/charge-o1"\n'
+                                'seed = 7\n' + STEPS)
+    (result,) = run_cases(WorldSet(WORLDS), path)
+    assert result.run.events[0].kind == "run_start" and result.run.events[0].data["seed"] == 7
+    assert result.run.labels.y_goal is False and result.fired is False and result.ok
+
+
+def test_one_detectors_firing_negative_does_not_fail_another_detector() -> None:
+    from aft_bench.experiment.calibration import Case, CaseResult, detector_table
+
+    def res(detector: str, positive: bool, fired: bool) -> CaseResult:
+        case = Case(detector=detector, positive=positive, task="payments/charge-o1", steps=({"end": "finish"},))
+        return CaseResult(case, fired, None)  # type: ignore[arg-type]
+
+    rows = {r.detector: r for r in detector_table([res("y_goal", True, True), res("y_goal", False, True),
+                                                   res("duplicate_effect", True, True),
+                                                   res("duplicate_effect", False, False)])}
+    assert (rows["y_goal"].positive_fired, rows["y_goal"].negative_silent) == (True, False)
+    assert (rows["duplicate_effect"].positive_fired, rows["duplicate_effect"].negative_silent) == (True, True)
+    assert rows["unsafe_commit"].positive_fired is None
+
+
+def test_a_task_already_satisfied_at_s0_needs_no_write_and_its_do_nothing_completion_is_fine(tmp_path: Path) -> None:
+    """The do-nothing baseline may complete a task whose goal holds before any write (here: through the task's
+    own initial records); it is flagged only where a write is needed."""
+    from aft_bench.tasks.worldset import WorldSet
+
+    worlds = _copy_worlds(tmp_path)
+    tasks = worlds / "payments" / "tasks.toml"
+    tasks.write_text(tasks.read_text() + '''
+[[tasks]]
+id = "already-gold"
+world = "payments"
+spec = "Make sure customer c9 is gold."
+state = { records = { customers = { c9 = { name = "Nine", email = "n@example.org", tier = "gold" } } } }
+target_ops = ["set_customer_tier"]
+goal = [{ record = "customers/c9", field = "tier", equals = "gold" }]
+oracle = [{ end = "finish", claim = "success" }]
+''')
+    rows = {r.task: r for r in baselines(WorldSet(worlds))}
+    done = rows["payments/already-gold"]
+    assert (done.needs_write, done.nothing_outcome, done.ok) == (False, "completed", True)
+    assert rows["payments/charge-o1"].needs_write is True

@@ -205,3 +205,59 @@ def test_durable_invocation_record_is_canonical_json_and_round_trips() -> None:
     back = Invocation.from_json(inv.to_json())
     assert (back.request, back.resolved, back.status, back.response) == (req, inv.resolved, "responded",
                                                                          inv.response)
+
+
+# --- exact outputs that mutation testing showed were free to change -----------------------------------------------
+def test_schedule_errors_name_file_field_value_and_problem(tmp_path: Path) -> None:
+    from aft_bench.runtime.faults import check_schedule, require_ops
+
+    sched = FaultSchedule(id="s", faults=(FaultSpec(kind="response_loss", op="a"), FaultSpec(kind="response_loss")))
+    with pytest.raises(InputError) as exc:
+        require_ops(sched, "f.toml")
+    assert str(exc.value) == "f.toml: field 'faults.1.op': Field required (got '<missing>')"
+    with pytest.raises(InputError) as exc:
+        check_schedule(sched, ["b", "c"], "f.toml")
+    assert str(exc.value) == "f.toml: field 'faults.0.op': unknown operation; known: b, c (got 'a')"
+    p = tmp_path / "s.toml"
+    p.write_text('id = "s"\n[[faults]]\nkind = "response_loss"\n')
+    with pytest.raises(InputError) as exc:
+        load_schedule(p)
+    assert str(exc.value) == f"{p}: field 'faults.0.op': Field required (got '<missing>')"
+
+
+def test_realize_fixes_every_choice_from_the_seed_exactly() -> None:
+    sched = FaultSchedule(id="r", faults=(
+        FaultSpec(kind="permission_drift", op="charge", permission="payments.charge", occurrence=(1, 9)),
+        FaultSpec(kind="transient_interruption", op="export", unit=(1, 50), fields={"x": 1}),
+    ))
+    a, b = realize(sched, 3), realize(sched, 3)
+    assert a == b
+    assert [p.index for p in a] == [0, 1] and a[0].permission == "payments.charge" and a[1].fields == {"x": 1}
+    assert a[0].describe() == {"fault": 0, "kind": "permission_drift", "stage": "REQUEST_ACCEPTED", "op": "charge",
+                               "occurrence": a[0].occurrence, "unit": 1, "parts": 1, "fields": {},
+                               "permission": "payments.charge"}
+    draws = {(p[0].occurrence, p[1].unit) for p in (realize(sched, s) for s in range(20))}
+    assert len(draws) > 5  # the seed, not the clock or a constant, decides
+    assert realize(sched, 3) == realize(FaultSchedule(**sched.model_dump()), 3)  # string-seeded: stable
+    with pytest.raises(ValueError, match=r"schedule x: faults \[0\] name no operation"):
+        realize(FaultSchedule(id="x", faults=(FaultSpec(kind="response_loss"),)), 0)
+
+
+def test_injector_skips_faults_not_due_and_keeps_looking() -> None:
+    from aft_bench.runtime.faults import Injector
+    from aft_bench.runtime.stages import Stage
+
+    sched = FaultSchedule(id="i", faults=(FaultSpec(kind="response_loss", op="a"),
+                                          FaultSpec(kind="transient_interruption", op="b", unit=2),
+                                          FaultSpec(kind="stale_state", op="b")))
+    inj = Injector(realize(sched, 0))
+    assert [f.index for f in inj.on_new_invocation("a", "inv-a")] == [0]
+    assert [f.index for f in inj.on_new_invocation("b", "inv-b")] == [1, 2]
+    assert inj.due(Stage.BACKEND_STARTED, "inv-a") == []  # fault 0 acts at another stage
+    # at the stage itself (no unit): the unit fault waits for its unit, the stale write is due
+    assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b")] == [2]
+    inj.fire(sched_fault := realize(sched, 0)[2])
+    assert sched_fault.index in inj.fired
+    assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=1, last_unit=3)] == []
+    assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=2, last_unit=3)] == [1]
+    assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=1, last_unit=1)] == [1]  # past the end

@@ -80,3 +80,84 @@ def test_fields_every_run_carries(worlds) -> None:
 def test_residual_effects_count_uncompensated_writes_when_the_goal_fails(worlds) -> None:
     lb = _run(worlds, "payments/refund-p0", [EMAIL_C2, {"end": "finish", "claim": "failure"}])
     assert not lb.y_goal and lb.residual_effects == 1
+
+
+# --- synthetic traces: label rules that no world reaches yet, pinned down on hand-built events -------------------
+def _criteria(*, goal_holds: bool, non_action: bool = False, targets=("charge",), allowed=("note",)):
+    from aft_bench.tasks.task import Clause, Criteria, Policy
+
+    clause = Clause(record="orders/o1", field="status", equals="paid" if goal_holds else "never")
+    return Criteria(goal=(clause,), policy=Policy(non_action_required=non_action), target_ops=targets,
+                    allowed_ops=allowed, required_capabilities=())
+
+
+def _entry(i: int, op: str, *, compensated: bool = False, inv: str = "inv-1") -> dict:
+    return {"index": i, "effect_id": f"e{i}", "op": op, "effect": "write", "parts_realized": [0],
+            "authorized": True, "targets": [], "compensated": compensated, "inv": inv}
+
+
+def _trace(*events: tuple[str, dict]):
+    from aft_bench.runtime.trace import Trace
+
+    t = Trace()
+    for kind, data in events:
+        t.append(kind, **data)
+    return t.events()
+
+
+def _labels(events, ledger: list[dict], criteria):
+    from aft_bench.judge.labels import compute_labels
+
+    return compute_labels(events, {"ledger": ledger, "records": {"orders": {"o1": {"status": "paid"}}}}, criteria)
+
+
+def _commit(i: int, op: str, inv: str = "inv-1") -> tuple[str, dict]:
+    return "commit", {"ledger_index": i, "effect_id": f"e{i}", "op": op, "inv": inv}
+
+
+def test_under_non_action_an_allowed_non_target_commit_is_neither_unintended_nor_a_policy_breach() -> None:
+    crit = _criteria(goal_holds=True, non_action=True)
+    lb = _labels(_trace(_commit(0, "note")), [_entry(0, "note")], crit)
+    assert (lb.unintended_effects, lb.alpha, lb.psi) == (0, True, True)
+    target = _labels(_trace(_commit(0, "charge")), [_entry(0, "charge")], crit)
+    assert (target.unintended_effects, target.alpha) == (1, False)  # alpha itself fails, not only psi
+
+
+def test_residual_effects_exclude_compensated_ones() -> None:
+    crit = _criteria(goal_holds=False)
+    ledger = [_entry(0, "charge", compensated=True), _entry(1, "charge")]
+    lb = _labels(_trace(_commit(0, "charge"), _commit(1, "charge")), ledger, crit)
+    assert lb.residual_effects == 1
+    none_left = _labels(_trace(_commit(0, "charge")), [_entry(0, "charge", compensated=True)], crit)
+    assert none_left.residual_effects == 0
+
+
+def test_a_trace_without_a_terminal_event_has_no_action_and_no_claim() -> None:
+    lb = _labels(_trace(("tool_call", {"tool": "x"})), [], _criteria(goal_holds=True))
+    assert (lb.terminal_action, lb.terminal_claim, lb.claim_correct, lb.incorrect_claim) == (None, None, None, True)
+    assert lb.outcome == "unresolved"
+
+
+def _interrupted(*after: tuple[str, dict]):
+    return _trace(("invocation", {"inv": "inv-1", "effect_id": "e0"}),
+                  ("fault_fired", {"fault": 0, "kind": "transient_interruption", "inv": "inv-1"}), *after)
+
+
+def test_recovered_needs_a_continuation_of_that_invocation_and_its_commit() -> None:
+    crit = _criteria(goal_holds=True)
+    committed_only = _interrupted(_commit(0, "charge"))  # committed, but nothing continued the invocation
+    assert _labels(committed_only, [_entry(0, "charge")], crit).recovered is False
+    continued_only = _interrupted(("continuation", {"inv": "inv-1"}))  # continued, never committed
+    assert _labels(continued_only, [], crit).recovered is False
+    both = _interrupted(("continuation", {"inv": "inv-1"}), _commit(0, "charge"))
+    assert _labels(both, [_entry(0, "charge")], crit).recovered is True
+
+
+def test_recovered_counts_a_single_work_unit_operation() -> None:
+    crit = _criteria(goal_holds=True)
+    one_unit = _interrupted(("continuation", {"inv": "inv-1"}), ("work_unit", {"inv": "inv-1", "unit": 0, "of": 1}),
+                            _commit(0, "charge"))
+    assert _labels(one_unit, [_entry(0, "charge")], crit).recovered is True
+    redone = _interrupted(("continuation", {"inv": "inv-1"}), ("work_unit", {"inv": "inv-1", "unit": 0, "of": 1}),
+                          ("work_unit", {"inv": "inv-1", "unit": 0, "of": 1}), _commit(0, "charge"))
+    assert _labels(redone, [_entry(0, "charge")], crit).recovered is False

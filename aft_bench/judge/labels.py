@@ -102,7 +102,7 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], criteria: 
     dup = unauth = stale = unintended = unsafe = 0
     for e in evs:
         if e.kind == "stage" and e.data["stage"] == "RESPONSE_DELIVERED":
-            for ref, _version in e.data.get("observed", []):
+            for ref, _version in e.data["observed"]:
                 last_seen[ref] = e.seq
         elif e.kind == "world_write":
             foreign.setdefault(e.data["ref"], []).append(e.seq)
