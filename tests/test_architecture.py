@@ -161,6 +161,9 @@ class ForeverReader:
     def usage(self) -> Usage:
         return Usage(model_calls=2, prompt_tokens=10) + Usage(model_calls=1, completion_tokens=5, cost_usd=0.5)
 
+    def take_records(self) -> list:
+        return []
+
 
 def test_an_async_agent_runs_on_the_loop_and_the_budget_ends_it(worlds) -> None:
     world, task = task_of(worlds, "payments/charge-o1")

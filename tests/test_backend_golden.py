@@ -55,6 +55,8 @@ SCRIPT: list[tuple[str, tuple]] = [
     ("payments", ("evidence", "update_customer_email", {"customer_id": "c1", "email": "n@x.org"}, {})),
     ("payments", ("concurrent_write", "customers/c2", {"tier": "platinum"})),
     ("payments", ("commit", "set_customer_tier", {"customer_id": "c2", "tier": "gold"}, {})),
+    ("payments", ("concurrent_write", "customers/c3", {"tier": "standard"})),  # changes nothing: still a write
+    ("payments", ("commit", "fulfil_order", {"order_id": "o3"}, {"expected_version": 5})),  # no key: ignored
     ("payments", ("evidence", "fulfil_order", {"order_id": "o2"}, {})),
     ("payments", ("commit", "fulfil_order", {"order_id": "o2"}, {"parts_limit": 2})),
     ("payments", ("evidence", "fulfil_order", {"order_id": "o2"}, {})),
@@ -70,6 +72,7 @@ SCRIPT: list[tuple[str, tuple]] = [
     ("exports", ("commit", "start_export", {"dataset_id": "d2", "format": "csv"}, {"key": "e1"})),
     ("exports", ("evidence", "start_export", {"dataset_id": "d2", "format": "csv"}, {})),
     ("exports", ("read", "list_exports", {"source": "datasets/d2"}, {})),
+    ("exports", ("evidence", "start_export", {"dataset_id": "d3", "format": "csv"}, {})),  # d2's export is not d3's
 ]
 
 
@@ -153,6 +156,44 @@ def test_the_backend_uses_the_store_it_is_given_and_copies_what_it_is_given(tmp_
     overrides["records"]["customers"]["c9"]["tier"] = "changed after construction"
     b.reset()
     assert b.record("customers/c9")["tier"] == "gold"
+
+
+def test_a_bool_argument_accepts_bools_and_other_arguments_refuse_them(tmp_path: Path) -> None:
+    text = (WORLDS / "payments" / "world.toml").read_text() + '''
+[operations.flag_customer]
+description = "Flag a customer."
+kind = "update"
+effect = "reversible"
+collection = "customers"
+permission = "customers.update"
+key = "customer_id"
+set = { flagged = "$flag" }
+args.customer_id = { type = "str", description = "Customer id." }
+args.flag = { type = "bool", description = "Flag." }
+'''
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "world.toml").write_text(text)
+    b = Backend(load_world(tmp_path / "w"))
+    assert b.resolve("flag_customer", {"customer_id": "c1", "flag": True}).args["flag"] is True
+    with pytest.raises(BackendError, match="argument 'flag' must be bool"):
+        b.resolve("flag_customer", {"customer_id": "c1", "flag": 1})
+
+
+def test_work_units_default_when_the_record_lacks_the_field() -> None:
+    world = load_world(WORLDS / "exports")
+    b = Backend(world, {"records": {"datasets": {"d99": {"name": "no-size"}}}})
+    assert b.resolve("start_export", {"dataset_id": "d99", "format": "csv"}).work_units == \
+        world.operations["start_export"].work_units
+    assert b.resolve("start_export", {"dataset_id": "d2", "format": "csv"}).work_units == 6
+
+
+def test_list_results_never_alias_nested_record_values() -> None:
+    b = Backend(load_world(WORLDS / "payments"),
+                {"records": {"payments": {"p9": {"order_id": "o9", "amount": 1, "status": "captured",
+                                                 "meta": {"tags": ["a"]}}}}})
+    found = b.read(b.resolve("list_payments", {"order_id": "o9"}))["records"]
+    found[0]["meta"]["tags"].append("scribbled")
+    assert b.record("payments/p9")["meta"] == {"tags": ["a"]}
 
 
 def test_commit_outcomes_never_alias_the_ledger() -> None:

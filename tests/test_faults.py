@@ -261,3 +261,11 @@ def test_injector_skips_faults_not_due_and_keeps_looking() -> None:
     assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=1, last_unit=3)] == []
     assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=2, last_unit=3)] == [1]
     assert [f.index for f in inj.due(Stage.BACKEND_STARTED, "inv-b", unit=1, last_unit=1)] == [1]  # past the end
+
+
+def test_an_invalid_schedule_file_is_named_in_the_error(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text('id = "s"\n[[faults]]\nkind = "response_loss"\nop = "x"\nunit = [3, 1]\n')
+    with pytest.raises(InputError) as exc:
+        load_schedule(p)
+    assert str(exc.value).startswith(f"{p}: field 'faults.0.unit'")

@@ -180,6 +180,9 @@ class Recorder:
     def usage(self):
         return self.inner.usage()
 
+    def take_records(self):
+        return self.inner.take_records()
+
 
 def test_no_structured_value_reaches_a_text_condition() -> None:
     from aft_bench.episode.episode import Setup, run_sync

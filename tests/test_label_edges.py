@@ -161,3 +161,39 @@ def test_recovered_counts_a_single_work_unit_operation() -> None:
     redone = _interrupted(("continuation", {"inv": "inv-1"}), ("work_unit", {"inv": "inv-1", "unit": 0, "of": 1}),
                           ("work_unit", {"inv": "inv-1", "unit": 0, "of": 1}), _commit(0, "charge"))
     assert _labels(redone, [_entry(0, "charge")], crit).recovered is False
+
+
+# --- re-judging a sealed trace (what the audit does) ----------------------------------------------------------
+def test_rejudging_a_sealed_trace_gives_the_labels_the_run_had(worlds) -> None:
+    from aft_bench.judge.rejudge import recorded_state, rejudge
+
+    world, task = task_of(worlds, "payments/charge-o1")
+    run = run_scripted(world, task, steps(CHARGE_O1, CHARGE_O1, SUCCESS),
+                       FaultSchedule(id="e", faults=(FaultSpec(kind="response_loss", op="charge_payment"),)))
+    assert rejudge(run.events, task.criteria) == run.labels
+    assert rejudge(run.events, task.criteria).to_dict()["duplicate_effects"] == 1
+    assert recorded_state(run.events) == run.terminal_state
+
+
+def test_rejudging_refuses_a_state_that_does_not_match_its_hash_or_is_missing(worlds) -> None:
+    import pytest
+
+    from aft_bench.common.errors import TraceIntegrityError
+    from aft_bench.judge.rejudge import recorded_state
+    from aft_bench.runtime.trace import Event
+
+    world, task = task_of(worlds, "payments/charge-o1")
+    events = run_scripted(world, task, steps(CHARGE_O1, SUCCESS)).events
+    term = next(e for e in events if e.kind == "terminal_state")
+    forged = {**term.data, "state": {**term.data["state"], "ledger": []}}
+    edited = [Event(e.seq, e.kind, forged, e.prev, e.hash) if e is term else e for e in events]
+    with pytest.raises(TraceIntegrityError, match="does not match its recorded hash"):
+        recorded_state(edited)
+    with pytest.raises(TraceIntegrityError, match="records no terminal state"):
+        recorded_state([e for e in events if e.kind != "terminal_state"])
+    no_state = [Event(e.seq, e.kind, {"hash": e.data["hash"]}, e.prev, e.hash) if e is term else e for e in events]
+    with pytest.raises(TraceIntegrityError, match="records no terminal state"):
+        recorded_state(no_state)
+    later = [*events, Event(99, "terminal_state", forged, "x", "y")]  # the last one counts
+    with pytest.raises(TraceIntegrityError):
+        recorded_state(later)

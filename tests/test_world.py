@@ -203,3 +203,21 @@ def test_initial_state_is_a_fresh_copy(payments: World) -> None:
     a["records"]["customers"]["c1"]["email"] = "mutated"
     assert payments.initial_state()["records"]["customers"]["c1"]["email"] == "ada@example.org"
     assert copy.deepcopy(payments.initial_state()) == payments.initial_state()
+
+
+def test_record_keys_with_a_slash_and_non_string_key_arguments_are_refused(tmp_path) -> None:
+    import pytest as _pytest
+
+    from aft_bench.common.errors import InputError as _InputError
+    from aft_bench.world.manifest import load_world as _load
+
+    base = (WORLDS / "payments" / "world.toml").read_text()
+    for bad, field in ((base.replace("[state.customers.c1]", '[state.customers."c/1"]', 1), "state.customers.c/1"),
+                       (base.replace('args.customer_id = { type = "str"', 'args.customer_id = { type = "int"', 1),
+                        "args.customer_id.type")):
+        d = tmp_path / field.replace("/", "_")
+        d.mkdir()
+        (d / "world.toml").write_text(bad)
+        with _pytest.raises(_InputError) as exc:
+            _load(d)
+        assert f"field 'operations." in str(exc.value) or f"field '{field}'" in str(exc.value), str(exc.value)

@@ -70,6 +70,9 @@ class DeterministicAgent:
     def usage(self) -> Usage:
         return Usage()
 
+    def take_records(self) -> list[dict[str, Any]]:
+        return []
+
 
 @dataclass(frozen=True)
 class State:

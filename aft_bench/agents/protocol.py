@@ -39,15 +39,24 @@ Action = Call | End
 
 @dataclass(frozen=True)
 class Usage:
-    """What an agent consumed; usages add (`a + b`), so per-call usage sums to per-episode usage."""
+    """What an agent consumed; usages add (`a + b`), so per-call usage sums to per-episode usage.
+
+    `cost_usd` is None when a provider's price is unknown: never a guess, and unknown stays unknown in a sum.
+    """
 
     model_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+    retries: int = 0  # provider calls repeated after a transient failure
+    invalid_tool_calls: int = 0  # malformed model actions: bad JSON, unknown tool, schema-invalid arguments
+    latency_s: float = 0.0  # wall time spent waiting for the provider
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        def add(a: Any, b: Any) -> Any:
+            return None if a is None or b is None else a + b
+
+        return Usage(*(add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
 
 
 class Agent(Protocol):
@@ -64,3 +73,7 @@ class Agent(Protocol):
 
     def usage(self) -> Usage:
         """Usage so far in this episode."""
+
+    def take_records(self) -> list[dict[str, Any]]:
+        """Per-call accounting since the last take (model id, request hash, tokens, latency, cost, retries),
+        which the loop writes to the trace; agents without a model return []."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aft_bench.agents import deterministic
+from aft_bench.agents import deterministic, llm
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.scripted import ScriptedAgent
 from aft_bench.common.canonical import canonical_json
@@ -33,6 +33,8 @@ class AgentKind:
     params: type[BaseModel]
     make: Callable[[Any, Script], Agent]
     surface: Literal["interface", "raw"]  # raw: drives the pipeline's primitives (calibration only)
+    concurrent: bool = False  # waits on the network: episodes run concurrently on one event loop
+    preflight: Callable[[Any], str | None] | None = None  # before a run: what would make it fail at once
 
 
 AGENTS: dict[str, AgentKind] = {
@@ -42,6 +44,10 @@ AGENTS: dict[str, AgentKind] = {
     "scripted": AgentKind(
         "scripted", "plays the task's oracle steps over the raw pipeline (calibration baselines only)",
         NoParams, lambda _params, script: ScriptedAgent(script.oracle), "raw"),
+    "llm": AgentKind(
+        "llm", "a litellm model: tools as function schemas, report_outcome ends the episode",
+        llm.Params, lambda params, _script: llm.LLMAgent(params), "interface", concurrent=True,
+        preflight=llm.preflight),
 }
 
 
@@ -98,6 +104,15 @@ def agent_spec(raw: dict[str, Any], path: str | Path = "<config>", field: str = 
     return AgentSpec(name, canonical_json(params.model_dump(mode="json")))
 
 
+def preflight(spec: AgentSpec, path: str | Path = "<config>", field: str = "agents") -> None:
+    """Refuse, before anything runs, an agent that would fail on its first step (unknown model, unset key)."""
+    kind = spec.kind
+    if kind.preflight is not None:
+        problem = kind.preflight(kind.params.model_validate(spec.params))
+        if problem is not None:
+            raise InputError(path, field, spec.json, problem)
+
+
 def build_agent(spec: AgentSpec, script: Script) -> Agent:
     """A fresh agent for one episode."""
     kind = spec.kind
@@ -109,7 +124,7 @@ def describe() -> list[dict[str, Any]]:
     out = []
     for kind in AGENTS.values():
         params = [{"name": n, "type": getattr(f.annotation, "__name__", str(f.annotation)),
-                   "default": f.default, "description": f.description or ""}
+                   "default": "(required)" if f.is_required() else f.default, "description": f.description or ""}
                   for n, f in kind.params.model_fields.items()]
         out.append({"name": kind.name, "surface": kind.surface, "description": kind.description, "params": params})
     return out

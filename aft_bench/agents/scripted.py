@@ -27,6 +27,9 @@ class ScriptedAgent:
     def usage(self) -> Usage:
         return Usage()
 
+    def take_records(self) -> list[dict[str, Any]]:
+        return []
+
     async def act(self, observation: Observation | None) -> Action:
         self._remember(observation)
         if self._next >= len(self.steps):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aft_bench import __version__
-from aft_bench.common.errors import EvidenceError, InputError, OutputError, TraceIntegrityError
+from aft_bench.common.errors import CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError
 from aft_bench.common.files import input_dir
 from aft_bench.common.paths import WORLDS
 from aft_bench.common.secrets import redact
@@ -107,6 +107,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from aft_bench.agents.registry import preflight
     from aft_bench.experiment.config import load_matrix
     from aft_bench.experiment.progress import progress_for
     from aft_bench.experiment.runner import run_matrix
@@ -115,8 +116,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     workers = _workers(args.workers, len(matrix.cells))
     out = Path(args.out)
     t0 = time.perf_counter()
+    for i, spec in enumerate(matrix.agents):
+        preflight(spec, args.config, f"experiment.agents.{i}")
+    if args.max_cost is not None and args.max_cost < 0:
+        raise InputError("--max-cost", "--max-cost", args.max_cost, "must be 0 or more")
     rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
-                      rerun_missing=args.rerun_missing)
+                      rerun_missing=args.rerun_missing, max_cost=args.max_cost)
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
     missing = len(matrix.cells) - len(rows)
@@ -193,6 +198,29 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fake_llm(args: argparse.Namespace) -> int:
+    from aft_bench.agents.fake_llm import FAILURES, POLICIES, FakeModel, index_tasks, serve
+
+    if args.policy is not None and args.policy not in POLICIES:
+        raise InputError("--policy", "--policy", args.policy, f"unknown policy; known: {', '.join(POLICIES)}")
+    if not 0 <= args.failure_rate <= 1:
+        raise InputError("--failure-rate", "--failure-rate", args.failure_rate, "must be between 0 and 1")
+    kinds = tuple(args.failures.split(",")) if args.failures else FAILURES
+    if bad := [k for k in kinds if k not in FAILURES]:
+        raise InputError("--failures", "--failures", bad[0], f"unknown failure; known: {', '.join(FAILURES)}")
+    model = FakeModel(index_tasks([_worlds_dir(args.worlds)]), args.failure_rate, kinds, args.latency, args.seed,
+                      policy=args.policy)
+    server = serve(model, args.host, args.port)
+    print(f"fake model on http://{args.host}:{server.server_port}/v1 (model names fake-<policy>: "
+          f"{', '.join(POLICIES)}); Ctrl-C stops it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
 def _plain(value: object) -> str:
     """One listing field as text: parameters as `name=default`, other lists comma-separated."""
     if isinstance(value, list):
@@ -240,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (default: min(2, cores); capped at cores x 4 and the run count); "
                         "results are identical for any count")
+    r.add_argument("--max-cost", type=float, help="spend ceiling in US dollars (overrides the config's "
+                   "max_cost_usd; not part of the config's identity): no new tuple starts once reached, exit 3")
     r.add_argument("--rerun-missing", action="store_true",
                    help="move finished runs whose trace or database is missing or fails verification back to "
                         "pending (their old rows are kept under quarantine/)")
@@ -295,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--required", nargs="*", default=[])
     g.add_argument("--json", action="store_true", help="full schemas instead of compact cards")
     g.set_defaults(func=cmd_catalog)
+    fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
+    fk.add_argument("--host", default="127.0.0.1")
+    fk.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    fk.add_argument("--policy", help="answer every request with this policy (default: from the model name)")
+    fk.add_argument("--failure-rate", type=float, default=0.0, help="share of requests that fail (seeded)")
+    fk.add_argument("--failures", help="comma-separated kinds to inject: 429,500,timeout,drop (default: all)")
+    fk.add_argument("--latency", type=float, default=0.0, help="seconds before every reply")
+    fk.add_argument("--seed", type=int, default=0)
+    fk.add_argument("--worlds", help="worlds directory whose tasks the model knows (default: ./worlds)")
+    fk.set_defaults(func=cmd_fake_llm)
     return p
 
 
@@ -338,6 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = exc.filename if exc.filename is not None else "?"
         print(f"aft-bench: error: {where}: {_one_line(exc.strerror or str(exc))}", file=sys.stderr)
         return 1
+    except CeilingReached as exc:
+        print(f"aft-bench: {_one_line(str(exc))}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("aft-bench: interrupted; everything recorded before this point is intact", file=sys.stderr)
         return 130

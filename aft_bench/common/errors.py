@@ -48,3 +48,7 @@ class OutputError(Exception):
 
 class EvidenceError(Exception):
     """Recorded evidence of finished runs (a trace, a database) is missing or fails verification."""
+
+
+class CeilingReached(Exception):
+    """The experiment's spend ceiling stopped new tuples; everything recorded is intact (exit 3)."""

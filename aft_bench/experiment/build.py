@@ -9,8 +9,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from aft_bench.agents.protocol import Agent
 from aft_bench.agents.registry import AgentSpec, build_agent
-from aft_bench.episode.episode import Setup, run_sync
+from aft_bench.episode.episode import Setup, run_episode, run_sync
 from aft_bench.episode.row import episode_row
 from aft_bench.experiment.config import Cell, Matrix
 from aft_bench.tasks.workloads import world_for
@@ -21,6 +22,25 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     """Run one cell and return its row. Its trace goes to `out/traces/`, a SQLite database to `out/db/`;
     with `out=None` no trace file is written and a database lives in a temporary folder removed afterwards."""
     t0 = time.perf_counter()
+    with ExitStack() as stack:
+        setup, agent, hashes = _resolve(matrix, cell, out, stack)
+        result = run_sync(setup, agent)
+    return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
+                       time.perf_counter() - t0, hashes)
+
+
+async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
+    """`run_cell` on the caller's event loop, for agents that wait on the network (many episodes at once)."""
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        setup, agent, hashes = _resolve(matrix, cell, out, stack)
+        result = await run_episode(setup, agent)
+    return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
+                       time.perf_counter() - t0, hashes)
+
+
+def _resolve(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:
+    """Every name of `cell` looked up: the episode's setup, a fresh agent, and the hashes its row records."""
     wl = matrix.workloads.get(cell.workload)
     task = next(t for t in wl.tasks if t.id == cell.task_id)
     variant = next(v for v in wl.variants if v.id == cell.fault)
@@ -28,18 +48,14 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     world = world_for(wl, task, cell.catalog_size, cell.fault_seed)
     mech = matrix.conditions.resolve(cell.condition)
     agent = build_agent(AgentSpec.parse(cell.agent_spec), task.script)
-    with ExitStack() as stack:
-        store: Store | None = None
-        if cell.backend == "sqlite":
-            from aft_bench.world.sqlite_store import SqliteStore
+    store: Store | None = None
+    if cell.backend == "sqlite":
+        from aft_bench.world.sqlite_store import SqliteStore
 
-            db_dir = out / "db" if out is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            store = SqliteStore(db_dir / f"{cell.run_id}.sqlite", world)
-            stack.callback(store.close)
-        setup = Setup(world, task, schedule, cell.fault_seed, mech, store=store,
-                      trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
-                      header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()})
-        result = run_sync(setup, agent)
-    hashes = {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}
-    return episode_row(cell.key(), cell.run_id, mech.to_dict(), result, time.perf_counter() - t0, hashes)
-
+        db_dir = out / "db" if out is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        store = SqliteStore(db_dir / f"{cell.run_id}.sqlite", world)
+        stack.callback(store.close)
+    setup = Setup(world, task, schedule, cell.fault_seed, mech, store=store,
+                  trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
+                  header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()})
+    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}

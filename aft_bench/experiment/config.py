@@ -46,6 +46,12 @@ class Experiment(BaseModel):
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
+    # Spend ceilings: not part of the config's identity, so a raised ceiling resumes the same experiment.
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_tokens_total: int | None = Field(default=None, ge=1)  # for models whose price litellm does not know
+
+
+SPEND_FIELDS = {"max_cost_usd", "max_tokens_total"}
 
 
 class ConfigFile(BaseModel):
@@ -95,7 +101,8 @@ class Matrix:
     worlds_dir: Path
 
     def resolved(self) -> dict[str, Any]:
-        return self.experiment.model_dump(mode="json")
+        """The experiment as it identifies the results (spend ceilings left out)."""
+        return self.experiment.model_dump(mode="json", exclude=SPEND_FIELDS)
 
 
 def load_matrix(path: str | Path, worlds_dir: Path) -> Matrix:
@@ -144,7 +151,7 @@ def load_matrix(path: str | Path, worlds_dir: Path) -> Matrix:
     if len(cells) > MAX_CELLS:
         raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
     return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells),
-                  digest(exp.model_dump(mode="json")), worlds_dir)
+                  digest(exp.model_dump(mode="json", exclude=SPEND_FIELDS)), worlds_dir)
 
 
 def _expand(exp: Experiment, wl: Workload, conds: list[str], agents: tuple[AgentSpec, ...], p: Path) -> list[Cell]:

@@ -7,17 +7,26 @@ forking the runner itself, which may hold threads (progress display, HTTP client
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from aft_bench.common.secrets import redact
-from aft_bench.experiment.build import run_cell
-from aft_bench.experiment.config import Matrix, load_matrix
+from aft_bench.experiment.build import run_cell, run_cell_async
+from aft_bench.experiment.config import Cell, Matrix, load_matrix
 
 Outcome = tuple[int, str, dict[str, Any]]
 CHUNK = 8
+
+
+def failure(cell: Cell, exc: BaseException) -> dict[str, Any]:
+    """The failure record of an attempt (redacted): the tuple stays pending."""
+    return {"run_id": cell.run_id, **cell.key(), "error": type(exc).__name__, "message": redact(str(exc))[:2000]}
 
 
 def attempt(matrix: Matrix, index: int, out: Path) -> tuple[str, dict[str, Any]]:
@@ -26,12 +35,48 @@ def attempt(matrix: Matrix, index: int, out: Path) -> tuple[str, dict[str, Any]]
     try:
         return "row", run_cell(matrix, cell, out)
     except Exception as exc:  # noqa: BLE001 - every harness/backend failure is recorded, then the tuple stays pending
-        return "failure", {"run_id": cell.run_id, **cell.key(), "error": type(exc).__name__,
-                           "message": redact(str(exc))[:2000]}
+        return "failure", failure(cell, exc)
 
 
-def serial(matrix: Matrix, pending: list[int], out: Path) -> Iterator[Outcome]:
+def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, int],
+               may_start: Callable[[], bool]) -> Iterator[Outcome]:
+    """Cells whose agents wait on the network, many at once on one event loop (in a helper thread), at most
+    `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling).
+    Outcomes arrive as episodes finish; the runner stays the single writer."""
+    outcomes: queue.Queue[Outcome | None] = queue.Queue()
+
+    async def one(i: int, gate: asyncio.Semaphore) -> None:
+        cell = matrix.cells[i]
+        async with gate:
+            if not may_start():
+                return
+            try:
+                outcomes.put((i, "row", await run_cell_async(matrix, cell, out)))
+            except Exception as exc:  # noqa: BLE001 - as in `attempt`
+                outcomes.put((i, "failure", failure(cell, exc)))
+
+    async def main() -> None:
+        gates = {spec: asyncio.Semaphore(n) for spec, n in limits.items()}
+        await asyncio.gather(*(one(i, gates[matrix.cells[i].agent_spec]) for i in pending))
+
+    def loop() -> None:
+        try:
+            asyncio.run(main())
+        finally:
+            outcomes.put(None)
+
+    thread = threading.Thread(target=loop, name="episodes", daemon=True)
+    thread.start()
+    while (item := outcomes.get()) is not None:
+        yield item
+    thread.join()
+
+
+def serial(matrix: Matrix, pending: list[int], out: Path, may_start: Callable[[], bool] = lambda: True
+           ) -> Iterator[Outcome]:
     for i in pending:
+        if not may_start():
+            return
         kind, data = attempt(matrix, i, out)
         yield i, kind, data
 

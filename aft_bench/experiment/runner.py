@@ -5,10 +5,12 @@ quarantine of unfinished attempts; one episode is the builder's and the episode 
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from aft_bench.common.errors import EvidenceError, OutputError
+from aft_bench.agents.registry import AgentSpec
+from aft_bench.common.errors import CeilingReached, EvidenceError, OutputError
 from aft_bench.episode.row import write_parquet
 from aft_bench.experiment import evidence, executors, freeze
 from aft_bench.experiment.config import Matrix
@@ -18,14 +20,39 @@ from aft_bench.experiment.rundir import RunDirectory
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 
+class Spend:
+    """What the experiment has consumed (every recorded row, all sessions) against its ceilings; the runner
+    adds each new row, executors ask `open()` before they start a tuple. Thread-safe."""
+
+    def __init__(self, rows: list[dict[str, Any]], max_cost: float | None, max_tokens: int | None) -> None:
+        self.max_cost, self.max_tokens = max_cost, max_tokens
+        self.cost = 0.0
+        self.tokens = 0
+        self._lock = threading.Lock()
+        for r in rows:
+            self.add(r)
+
+    def add(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self.cost += row.get("cost_usd") or 0.0
+            self.tokens += int(row.get("prompt_tokens") or 0) + int(row.get("completion_tokens") or 0)
+
+    def open(self) -> bool:
+        with self._lock:
+            return not ((self.max_cost is not None and self.cost >= self.max_cost)
+                        or (self.max_tokens is not None and self.tokens >= self.max_tokens))
+
+
 def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
-               rerun_missing: bool = False) -> list[dict]:
+               rerun_missing: bool = False, max_cost: float | None = None) -> list[dict]:
     """Run every pending cell of `matrix` into `out`, resuming whatever is already recorded there.
 
     Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
     end. A finished run whose trace or database is missing or fails verification stops the resume
     (EvidenceError naming the runs) unless `rerun_missing`, which makes those runs pending again.
-    Returns the rows of the whole matrix recorded so far, in matrix order.
+    Returns the rows of the whole matrix recorded so far, in matrix order. When the spend ceiling
+    (`max_cost`, else the config's `max_cost_usd`; `max_tokens_total`) is reached no new tuple starts, the
+    ones in flight finish, results are written, and CeilingReached is raised.
     """
     lock_hash = freeze.check(matrix)
     current_inputs = freeze.inputs(matrix)
@@ -44,7 +71,10 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             (out / "traces").mkdir(exist_ok=True)
             extra = {"config_hash": matrix.config_hash, "lock_hash": lock_hash,
                      "code_version": manifest_data["code"]["version"], "session": session}
-            _drain(_outcomes(matrix, pending, out, workers), journal, out, extra, progress, len(pending))
+            spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
+                          matrix.experiment.max_tokens_total)
+            _drain(_outcomes(matrix, pending, out, workers, spend), journal, out, extra, progress, len(pending),
+                   spend)
         finally:
             journal.close()
         order = {c.run_id: i for i, c in enumerate(matrix.cells)}
@@ -53,6 +83,11 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             write_parquet(rows, out / "results.parquet")
         except OSError as exc:
             raise OutputError(out / "results.parquet", exc) from None
+    left = len(matrix.cells) - len(rows)
+    if left and not spend.open():
+        raise CeilingReached(f"spend ceiling reached (${spend.cost:.4f} of ${spend.max_cost}, "
+                             f"{spend.tokens} tokens of {spend.max_tokens}): {left} tuples not started; rerun "
+                             f"with a higher --max-cost (or max_cost_usd / max_tokens_total) to continue")
     return rows
 
 
@@ -72,14 +107,24 @@ def _check_evidence(out: Path, journal: Journal, rundir: RunDirectory, rerun_mis
     return Journal(out / "journal.jsonl")
 
 
-def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int) -> Iterator[executors.Outcome]:
-    if workers > 1 and len(pending) > 1:
-        return executors.process_pool(matrix, pending, out, min(workers, len(pending)))
-    return executors.serial(matrix, pending, out)
+def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend
+              ) -> Iterator[executors.Outcome]:
+    """Cells of agents that wait on the network run concurrently on one event loop (up to each agent's
+    `concurrency`); the others in worker processes, or in this process."""
+    networked = [i for i in pending if AgentSpec.parse(matrix.cells[i].agent_spec).kind.concurrent]
+    local = [i for i in pending if i not in set(networked)]
+    if networked:
+        limits = {c.agent_spec: int(AgentSpec.parse(c.agent_spec).params.get("concurrency", 1))
+                  for c in (matrix.cells[i] for i in networked)}
+        yield from executors.concurrent(matrix, networked, out, limits, spend.open)
+    if workers > 1 and len(local) > 1:
+        yield from executors.process_pool(matrix, local, out, min(workers, len(local)))
+    else:
+        yield from executors.serial(matrix, local, out, spend.open)
 
 
 def _drain(outcomes: Iterator[executors.Outcome], journal: Journal, out: Path, extra: dict[str, Any],
-           progress: Progress | None, total: int) -> None:
+           progress: Progress | None, total: int, spend: Spend) -> None:
     """Record every outcome as it arrives; a dead worker process is a failure record, not a crash."""
     from concurrent.futures.process import BrokenProcessPool
 
@@ -87,6 +132,8 @@ def _drain(outcomes: Iterator[executors.Outcome], journal: Journal, out: Path, e
     try:
         for _i, kind, data in wrap(_Sized(outcomes, total)):
             _record(journal, out, kind, data, extra)
+            if kind == "row":
+                spend.add(data)
     except BrokenProcessPool:
         append_record(out / "failures.jsonl", {"run_id": None, "session": extra["session"],
                                                "error": "BrokenProcessPool", "message": "a worker process died"})

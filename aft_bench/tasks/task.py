@@ -218,6 +218,11 @@ def check_tasks(tasks: tuple[Task, ...], world: World, p: Path) -> None:
         for j, pstep in enumerate(t.plan):
             if pstep.call is not None and pstep.call not in ops:
                 raise InputError(p, f"{where}.plan.{j}.call", pstep.call, "unknown operation")
+        for coll, recs in (t.state.get("records") or {}).items():
+            for key in recs if isinstance(recs, dict) else ():
+                if "/" in key or not key:
+                    raise InputError(p, f"{where}.state.records.{coll}", key, "a record key is non-empty and has "
+                                     "no '/' (a record's reference is `collection/key`)")
         try:
             world.initial_state(t.state)
         except KeyError as exc:

@@ -52,7 +52,7 @@ class Operation(_Strict):
     work_units_field: str | None = None
     creates: str | None = None
     compensates: str | None = None
-    key_prefix: str = ""
+    key_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]*$")  # refs are `collection/key`: no "/"
 
     @model_validator(mode="after")
     def _consistent(self) -> Operation:
@@ -65,6 +65,8 @@ class Operation(_Strict):
             raise FieldProblem("key", None, f"kind '{self.kind}' needs 'key' (the argument naming the target record)")
         if self.key is not None and self.key not in self.args:
             raise FieldProblem("key", self.key, "not a declared argument")
+        if self.key is not None and self.args[self.key].type != "str":
+            raise FieldProblem(f"args.{self.key}.type", self.args[self.key].type, "a key argument is a str (record keys are)")
         if self.kind == "job" and self.creates is None:
             raise FieldProblem("creates", None, "kind 'job' needs 'creates' (the collection receiving its artifact)")
         for part, template in (("where", self.where), ("set", self.set)):
@@ -96,9 +98,13 @@ class WorldManifest(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> WorldManifest:
-        for coll in self.state:
+        for coll, recs in self.state.items():
             if coll not in self.collections:
                 raise FieldProblem(f"state.{coll}", coll, "collection is not declared in [collections]")
+            for key in recs:
+                if "/" in key or not key:
+                    raise FieldProblem(f"state.{coll}.{key}", key, "a record key is non-empty and has no '/' "
+                                       "(a record's reference is `collection/key`)")
         for name, op in self.operations.items():
             for fld in ("collection", "creates"):
                 coll = getattr(op, fld)

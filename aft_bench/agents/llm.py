@@ -1,0 +1,286 @@
+"""The `llm` agent: any litellm model drives the episode through tool calls.
+
+The model sees a system prompt with the policy it must follow, the task as an agent sees it (the brief), and
+the interface's tools as function schemas (plus `report_outcome`, which ends the episode). Every tool call
+goes through the surface like any agent's. Provider failures (rate limits, timeouts, connection and server
+errors) are retried here with exponential backoff and jitter, litellm's own retries off; a call that still
+fails raises ProviderError, so the runner records a failure and the tuple stays pending. Accounting is what
+the provider reported: tokens, latency, retries, and litellm's cost when it knows the price (else None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aft_bench.agents.protocol import Action, Call, End, Usage
+from aft_bench.interface.tokens import count_tokens
+from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.tasks.task import Brief
+
+OFFLINE = "offline"  # api_base that means: the embedded offline model server (agents/fake_llm.py)
+ACTIONS = ("finish", "abort", "refuse", "escalate")
+CLAIMS = ("success", "failure", "unknown")
+RESTARTED = "Your process restarted and lost its local state (conversation included)."
+REMINDER = "Act with one of the tools, or end the episode by calling report_outcome."
+
+SYSTEM = """You operate tools against a live system to complete one task for a user.
+Policy:
+- Use only the tools you are given; call one tool at a time.
+- A write may have taken effect even when its response was lost or reported an error: find out before you repeat it.
+- Do not act after the task's preconditions fail (a record changed under you, a permission is missing): abort or refuse.
+- When you are done, call report_outcome with the action (finish, abort, refuse or escalate), your claim
+  (success, failure or unknown) and the evidence for it. Claim success only when you have evidence the
+  requested effect holds.
+Task id: {task_id}"""
+
+REPORT = {"name": "report_outcome",
+          "description": "End the episode: your terminal action, your claim about the task's outcome, and evidence.",
+          "parameters": {"type": "object", "additionalProperties": False, "required": ["action", "claim"],
+                         "properties": {"action": {"type": "string", "enum": list(ACTIONS)},
+                                        "claim": {"type": "string", "enum": list(CLAIMS)},
+                                        "evidence": {"type": "string"}}}}
+
+
+class Params(BaseModel):
+    """Parameters of the `llm` agent. The key is named by its environment variable, never given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: str = Field(min_length=1, description="litellm model string, e.g. openai/gpt-4o-mini")
+    api_base: str | None = Field(default=None, description="OpenAI-compatible endpoint; 'offline' = embedded fake")
+    api_key_env: str | None = Field(default=None, description="name of the environment variable holding the key")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="sampling temperature")
+    max_tokens: int = Field(default=1024, ge=1, description="completion tokens per model call")
+    max_turns: int = Field(default=30, ge=1, description="model decisions per episode before budget_exhausted")
+    max_episode_tokens: int | None = Field(default=None, ge=1, description="prompt+completion tokens per episode")
+    concurrency: int = Field(default=8, ge=1, le=256, description="episodes in flight at once on one event loop")
+    timeout_s: float = Field(default=60.0, gt=0, description="seconds per provider call")
+    retries: int = Field(default=4, ge=0, le=20, description="harness retries of a transient provider failure")
+    backoff_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry, with jitter")
+
+
+class ProviderError(Exception):
+    """A provider call failed after every retry (or with a non-transient error): the tuple stays pending."""
+
+
+TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
+             "BadGatewayError", "APIError")
+
+
+def litellm_module() -> Any:
+    """litellm, imported only on the LLM path and only after offline mode is set (no price-map fetch)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+def preflight(params: Params) -> str | None:
+    """Why this agent cannot run here, or None: an unset key variable, a model litellm cannot route."""
+    if params.api_key_env is not None and not os.environ.get(params.api_key_env):
+        return f"api_key_env names {params.api_key_env}, which is not set in the environment"
+    if params.api_base is None:
+        try:
+            litellm_module().get_llm_provider(params.model)
+        except Exception:  # noqa: BLE001 - litellm raises its own BadRequestError here
+            return f"litellm does not know the model {params.model!r}; give api_base for an OpenAI-compatible server"
+    return None
+
+
+def api_key(params: Params) -> str | None:
+    """The key from the named variable; a local OpenAI-compatible server without one gets a placeholder (the
+    client library insists on some key); with neither, litellm reads its provider's usual variable."""
+    if params.api_key_env is None:
+        return "no-key" if params.api_base is not None else None
+    return os.environ.get(params.api_key_env)
+
+
+def observation_text(obs: Observation) -> str:
+    c = obs.content
+    return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
+
+
+def _schema_from(obs: Observation) -> dict[str, Any] | None:
+    """A tool schema shown by describe_tool (text `OK: {...}` or a structured result), if any."""
+    c = obs.content
+    if isinstance(c, str):
+        head, _, rest = c.partition(": ")
+        if head != "OK":
+            return None
+        try:
+            c = {"status": "ok", "result": json.loads(rest)}
+        except ValueError:
+            return None
+    result = c.get("result") if isinstance(c, dict) and c.get("status") == "ok" else None
+    if isinstance(result, dict) and {"name", "parameters"} <= set(result):
+        return result
+    return None
+
+
+def _valid_args(schema: dict[str, Any], args: Any) -> bool:
+    """A light JSON-schema check of a model's arguments: an object, required keys present, no unknown keys."""
+    if not isinstance(args, dict):
+        return False
+    params = schema.get("parameters", {})
+    props = params.get("properties", {})
+    return set(params.get("required", [])) <= set(args) and set(args) <= set(props)
+
+
+class LLMAgent:
+    """A model behind litellm on the one agent protocol."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self._usage = Usage(cost_usd=0.0)
+        self._records: list[dict[str, Any]] = []
+        self._messages: list[dict[str, Any]] = []
+        self._tools: dict[str, dict[str, Any]] = {}
+        self._pending: str | None = None  # the tool_call id awaiting its result
+        self._turns = 0
+        self._brief: Brief | None = None
+
+    # -- protocol ---------------------------------------------------------------------------------------
+    async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
+        self._brief = brief
+        self._reset(surface, restarted=False)
+
+    async def restart(self, surface: Sequence[ToolSpec]) -> None:
+        self._reset(surface, restarted=True)
+
+    def usage(self) -> Usage:
+        return self._usage
+
+    def take_records(self) -> list[dict[str, Any]]:
+        out, self._records = self._records, []
+        return out
+
+    async def act(self, observation: Observation | None) -> Action:
+        if observation is not None:
+            self._observe(observation)
+        reminded = False
+        while True:
+            if self._turns >= self.params.max_turns or self._over_tokens():
+                return End("budget_exhausted", None)
+            self._turns += 1
+            message = await self._complete()
+            calls = message.get("tool_calls") or []
+            if not calls:
+                self._messages.append({"role": "assistant", "content": message.get("content") or ""})
+                if reminded:
+                    return End("none", None)
+                reminded = True
+                self._messages.append({"role": "user", "content": REMINDER})
+                continue
+            call = calls[0]  # one action per turn: further calls in the same reply are not executed
+            name, raw = call["function"]["name"], call["function"].get("arguments") or "{}"
+            self._messages.append({"role": "assistant", "content": message.get("content") or None,
+                                   "tool_calls": [call]})
+            try:
+                args = json.loads(raw)
+            except ValueError:
+                args = None
+            if name == REPORT["name"]:
+                if isinstance(args, dict) and args.get("action") in ACTIONS and args.get("claim") in CLAIMS:
+                    return End(args["action"], args["claim"])
+                self._invalid(call["id"], "ERROR invalid_arguments: report_outcome needs action in "
+                              f"{list(ACTIONS)} and claim in {list(CLAIMS)}")
+                continue
+            if not isinstance(args, dict):
+                self._invalid(call["id"], "ERROR invalid_arguments: the arguments are not a JSON object")
+                continue
+            if name not in self._tools or not _valid_args(self._tools[name], args):
+                self._usage = self._usage + Usage(invalid_tool_calls=1)  # still sent: the interface answers it
+            self._pending = call["id"]
+            return Call(name, args)
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _reset(self, surface: Sequence[ToolSpec], restarted: bool) -> None:
+        assert self._brief is not None
+        self._tools = {t.name: t.schema() for t in surface}
+        user = f"Task: {self._brief.spec}\nInputs: {json.dumps(dict(self._brief.inputs), sort_keys=True)}"
+        if restarted:
+            user += f"\n{RESTARTED}"
+        self._messages = [{"role": "system", "content": SYSTEM.format(task_id=self._brief.task_id)},
+                          {"role": "user", "content": user}]
+        self._pending = None
+
+    def _observe(self, obs: Observation) -> None:
+        text = observation_text(obs)
+        schema = _schema_from(obs)
+        if schema is not None:
+            self._tools[schema["name"]] = schema  # describe_tool materialized it: the model may call it now
+        if self._pending is not None:
+            self._messages.append({"role": "tool", "tool_call_id": self._pending, "content": text})
+            self._pending = None
+        else:  # after a restart the call that was in flight has no place in the new conversation
+            self._messages.append({"role": "user", "content": f"The last tool call before the restart returned: {text}"})
+
+    def _invalid(self, call_id: str, text: str) -> None:
+        self._usage = self._usage + Usage(invalid_tool_calls=1)
+        self._messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+
+    def _over_tokens(self) -> bool:
+        cap = self.params.max_episode_tokens
+        return cap is not None and self._usage.prompt_tokens + self._usage.completion_tokens >= cap
+
+    def _request(self) -> dict[str, Any]:
+        tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
+        return {"model": self.params.model, "messages": self._messages, "tools": tools,
+                "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
+
+    async def _complete(self) -> dict[str, Any]:
+        """One model decision, with the harness's retries; returns the reply message as a plain dict."""
+        litellm = litellm_module()
+        request = self._request()
+        request_hash = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        base = self.params.api_base
+        if base == OFFLINE:
+            from aft_bench.agents.fake_llm import offline_base
+
+            base = offline_base()
+        attempt = 0
+        waited = 0.0
+        while True:
+            t0 = time.perf_counter()
+            try:
+                response = await litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
+                                                     timeout=self.params.timeout_s, num_retries=0, max_retries=0)
+                waited += time.perf_counter() - t0
+                break
+            except Exception as exc:  # noqa: BLE001 - classified below; anything else is not ours to retry
+                waited += time.perf_counter() - t0
+                kind = type(exc).__name__
+                status = getattr(exc, "status_code", None)
+                if kind not in TRANSIENT or attempt >= self.params.retries:
+                    raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
+                                        f"on {self.params.model}") from None
+                attempt += 1
+                delay = self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                await asyncio.sleep(delay)
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        cost = float(cost) if isinstance(cost, (int, float)) else None
+        tool_tokens = count_tokens(json.dumps(request["tools"], sort_keys=True))  # tool text the model saw
+        self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
+                                          cost_usd=cost, retries=attempt, latency_s=waited)
+        self._records.append({"model": self.params.model, "request_hash": request_hash, "prompt_tokens": prompt,
+                              "completion_tokens": completion, "latency_s": round(waited, 6), "cost_usd": cost,
+                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns})
+        message = response.choices[0].message
+        calls = [{"id": c.id, "type": "function",
+                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                 for c in (getattr(message, "tool_calls", None) or [])]
+        return {"content": getattr(message, "content", None), "tool_calls": calls}
