@@ -10,6 +10,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# supply chain: the compromised litellm releases (1.82.7, 1.82.8) shipped a litellm_init.pth that runs
+	@# at every interpreter start; pyproject excludes them, and the install fails if such a file is present
+	@if find $(VENV) -name 'litellm_init.pth' | grep -q .; then \
+		echo "supply chain: litellm_init.pth found in $(VENV); refusing this install" >&2; exit 1; fi
 	touch $(STAMP)
 
 STAMP_TIME := $(shell date +%Y%m%d-%H%M%S)

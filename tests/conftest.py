@@ -62,3 +62,27 @@ def smoke_results(tmp_path_factory) -> Path:
     run_matrix(load_matrix(ROOT / "configs" / "smoke.toml", WORLDS), out, workers=1)
     analyze(out, Options(resamples=200, permutations=500))
     return out
+
+
+# --- offline by default: a socket to anything but this machine fails the test that opened it ----------------------
+_LOOPBACK = ("127.", "::1", "localhost")
+
+
+def _guard_connect(original):  # type: ignore[no-untyped-def]
+    def connect(self, address):  # type: ignore[no-untyped-def]
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None and not str(host).startswith(_LOOPBACK):
+            raise OSError(f"test tried to reach {address!r}: the test suite stays on 127.0.0.1")
+        return original(self, address)
+    return connect
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _loopback_only():
+    import socket
+
+    saved = socket.socket.connect, socket.socket.connect_ex
+    socket.socket.connect = _guard_connect(saved[0])  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guard_connect(saved[1])  # type: ignore[method-assign]
+    yield
+    socket.socket.connect, socket.socket.connect_ex = saved  # type: ignore[method-assign]

@@ -207,7 +207,8 @@ def test_every_command_line_of_the_readme_runs(smoke_results: Path, tmp_path: Pa
     for line in commands:
         line = re.sub(r"\s*\[[^\]]*\]", "", line)
         line = line.replace("results/pd/traces/<run_id>.jsonl", str(trace)).replace("<trace_head>", head)
-        line = line.replace("results/pd", str(d)).replace("results/smoke", str(tmp_path / "smoke"))
+        line = line.replace("results/pd", str(d))
+        line = re.sub(r"(?<![\w/])results/(\w+)", lambda m: str(tmp_path / m.group(1)), line)
         argv = shlex.split(line)[1:]
         argv = [str(p) for a in argv for p in (sorted(ROOT.glob(a)) if "*" in a else [a])]
         argv = [str(ROOT / a) if (ROOT / a).exists() and not Path(a).is_absolute() else a for a in argv]

@@ -220,4 +220,4 @@ def test_record_keys_with_a_slash_and_non_string_key_arguments_are_refused(tmp_p
         (d / "world.toml").write_text(bad)
         with _pytest.raises(_InputError) as exc:
             _load(d)
-        assert f"field 'operations." in str(exc.value) or f"field '{field}'" in str(exc.value), str(exc.value)
+        assert "field 'operations." in str(exc.value) or f"field '{field}'" in str(exc.value), str(exc.value)

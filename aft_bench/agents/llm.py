@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from aft_bench.agents.protocol import Action, Call, End, Usage
-from aft_bench.interface.tokens import count_tokens
+from aft_bench.interface.tokens import count_tokens, litellm_module
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief
 
@@ -73,17 +73,6 @@ class ProviderError(Exception):
 
 TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
              "BadGatewayError", "APIError")
-
-
-def litellm_module() -> Any:
-    """litellm, imported only on the LLM path and only after offline mode is set (no price-map fetch)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    litellm.telemetry = False
-    return litellm
 
 
 def preflight(params: Params) -> str | None:

@@ -26,6 +26,8 @@ from aft_bench.analysis.stats import (
     sign_flip_test,
 )
 from aft_bench.analysis.table import read_results, results_sha256
+from aft_bench.analysis.trials import COLUMNS as TRIAL_COLUMNS
+from aft_bench.analysis.trials import trials_table
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json, write_folder
 from aft_bench.experiment.comparisons import Comparison, load_comparisons
@@ -189,7 +191,7 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
             "holm_family": {"size": len(primary), "missing": missing, "complete": not missing},
             "pseudo_replicated": [r["comparison"] for r in primary + secondary if r.get("pseudo_replicated")]}
     tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo,
-              "discovery": discovery_by_size(df, comps), "meta": meta}
+              "discovery": discovery_by_size(df, comps), "trials": trials_table(df, comps), "meta": meta}
     _write(directory, tables, pairs_df)
     return tables
 
@@ -228,6 +230,7 @@ CSV_COLUMNS = {
                   "treatment_mean", "control_mean", "interaction"],
     "lomo": ["left_out", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw"],
     "discovery": ["catalog_size", "condition", "runs", *DISCOVERY_ENDPOINTS],
+    "trials": TRIAL_COLUMNS,
 }
 
 

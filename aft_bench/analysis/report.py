@@ -46,7 +46,7 @@ def _load(directory: Path, stale_ok: bool) -> dict[str, Any]:
     """The analysis tables, refused when they were made from other results (unless `stale_ok`)."""
     meta, stale = read_analysis(directory, stale_ok)
     data: dict[str, Any] = {name: read_table(directory, name)
-                            for name in ("primary", "secondary", "per_model", "lomo", "discovery")}
+                            for name in ("primary", "secondary", "per_model", "lomo", "discovery", "trials")}
     return {**data, "meta": meta, "stale": stale}
 
 
@@ -140,6 +140,24 @@ def _figure3(results: pd.DataFrame, path: Path) -> pd.DataFrame | None:
     return table
 
 
+def _figure_trials(rows: list[dict[str, Any]], path: Path) -> bool:
+    """pass^k against k, one line per comparison arm (from repeated trials)."""
+    if not rows:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    df = pd.DataFrame(rows)
+    for (comp, arm, cond), g in df.groupby(["comparison", "arm", "condition"], sort=True):
+        ax.plot(g["k"], g["pass_hat_k"], marker="o", ls="-" if arm == "treatment" else "--",
+                label=f"{comp}: {cond} ({arm})")
+    ax.set_xlabel("k (trials that must all succeed)")
+    ax.set_ylabel("pass^k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
+    _save(plt, fig, path, "Reliability over repeated trials (unbiased pass^k)")
+    return True
+
+
 def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
     models = sorted({r["model"] for r in per_model})
     if len(models) < 2:
@@ -217,6 +235,14 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
     sections.append(Section("Leave-one-model-out", "" if len(lomo) else
                             "Not available: leave-one-model-out needs at least two models.",
                             lomo.map(_fmt) if len(lomo) else None))
+    trials = pd.DataFrame(data["trials"])
+    fig5 = out_dir / "fig5_pass_hat_k.png"
+    sections.append(Section("Reliability over trials (pass^k)",
+                            "Per comparison arm and k: unbiased pass^k (all k trials correct) and pass@k (at least "
+                            "one), and the share of tuples whose trials disagree (verdict flips)." if len(trials) else
+                            "Not available: these results hold one trial per tuple (set `repetitions`).",
+                            trials.map(_fmt) if len(trials) else None,
+                            fig5.name if _figure_trials(data["trials"], fig5) else None))
     fig4 = out_dir / "fig4_model_heterogeneity.png"
     if _figure4(data["per_model"], fig4):
         sections.append(Section("Figure 4: model heterogeneity", image=fig4.name))

@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Any
 
 TOKENIZER_MODEL = "gpt-4o"  # whose tokenizer counts the context of model-free (deterministic) runs
 
 
-@lru_cache(maxsize=1)
-def _counter():
+def litellm_module() -> Any:
+    """litellm, imported lazily and only after its offline switches are set (no price map or anything else is
+    fetched): the one place the harness imports it, for the tokenizer and for the `llm` agent."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     import litellm
 
     litellm.telemetry = False
-    return litellm.token_counter
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+@lru_cache(maxsize=1)
+def _counter() -> Any:
+    return litellm_module().token_counter
 
 
 @lru_cache(maxsize=65536)
