@@ -201,3 +201,57 @@ def test_no_structured_value_reaches_a_text_condition() -> None:
                     assert isinstance(obs.content, str) or (obs.lost and obs.content is None), (wl.id, obs)
                 seen += len(agent.seen)
     assert seen > 100
+
+
+# Result fields: each delivery the pipeline can produce, rendered under I5 and under each removal. Turning a
+# mechanism off removes exactly its result fields (and changes exactly its values), nothing else.
+DELIVERIES = {
+    "committed": ("delivered", {"status": "ok", "result": {"ref": "payments/p1"}, "parts_done": 1, "parts_total": 1,
+                                "inv": "inv-1"}),
+    "replayed": ("delivered", {"status": "ok", "result": {"ref": "payments/p1"}, "replayed": True, "inv": "inv-1"}),
+    "rejected": ("delivered", {"status": "error", "code": "precondition_failed", "detail": "v2, expected 1",
+                               "inv": "inv-1"}),
+    "interrupted": ("interrupted", None),
+    "dropped": ("dropped", None),
+}
+RESULT_FIELDS = {  # removal -> (result fields it removes, fields whose value it changes)
+    "effects": ({"effect"}, set()),
+    "resume": (set(), {"resumable"}),
+    "observability": (set(), set()),  # invocation ids stay: resumable invocations still carry them
+    "durable": (set(), set()),
+    "guards": (set(), set()),
+    "verification": (set(), set()),
+    "discovery": (set(), set()),
+}
+
+
+def _rendered(worlds, condition: str) -> dict[str, object]:
+    from aft_bench.runtime.pipeline import Delivery
+
+    iface, _ = _iface(worlds, "payments/charge-o1", condition)
+    return {name: iface._render(Delivery("inv-1", transport, response), "k-1").content
+            for name, (transport, response) in DELIVERIES.items()}
+
+
+@pytest.mark.parametrize("mechanism", sorted(RESULT_FIELDS))
+def test_a_removal_takes_away_exactly_its_result_fields(worlds, mechanism: str) -> None:
+    full, removed = _rendered(worlds, "I5"), _rendered(worlds, f"I5-{mechanism}")
+    gone, changed = RESULT_FIELDS[mechanism]
+    for name in DELIVERIES:
+        a, b = full[name], removed[name]
+        assert isinstance(a, dict) and isinstance(b, dict), name
+        assert set(a) - set(b) <= gone and set(b) <= set(a), (mechanism, name, set(a) ^ set(b))
+        differ = {k for k in set(a) & set(b) if a[k] != b[k]}
+        assert differ <= changed, (mechanism, name, differ)
+    if gone:
+        assert any(set(full[n]) - set(removed[n]) == gone for n in DELIVERIES), mechanism
+    if changed:
+        assert any(full[n].get(k) != removed[n].get(k) for n in DELIVERIES for k in changed), mechanism
+
+
+def test_without_structured_results_every_delivery_is_one_of_the_text_forms(worlds) -> None:
+    full, text = _rendered(worlds, "I5"), _rendered(worlds, "I5-structured")
+    assert all(isinstance(v, str) for v in text.values())
+    assert text["committed"].startswith("OK: ") and text["rejected"].startswith("ERROR precondition_failed: ")
+    assert text["interrupted"] == "INTERRUPTED: inv-1 resumable" and text["dropped"].startswith("TIMEOUT")
+    assert "parts" in full["committed"] and "parts" not in text["committed"]  # what text cannot carry
