@@ -55,13 +55,40 @@ concurrency = {args.concurrency}
                 sys.exit(f"run failed: {run.stderr}")
             wall = float(re.search(r"runs in ([0-9.]+) s", run.stdout).group(1))  # type: ignore[union-attr]
             df = pd.read_parquet(out / "results.parquet")
+        per_call_cpu = litellm_cpu_per_call(url)
     finally:
         server.terminate()
     calls = int(df["model_calls"].sum())
     ideal = calls * args.latency / args.concurrency
     print(f"{len(df)} episodes, {calls} model calls ({calls / len(df):.2f} per episode), latency {args.latency} s, "
-          f"concurrency {args.concurrency}")
+          f"concurrency {args.concurrency}, provider retries {int(df['retries'].sum())}")
     print(f"wall {wall:.2f} s, ideal {ideal:.2f} s: ratio {wall / ideal:.3f} (target <= 1.25)")
+    print(f"litellm alone: {per_call_cpu * 1000:.1f} ms CPU per call on one loop, so one loop serves at most "
+          f"{1 / per_call_cpu:.0f} calls/s; this run needs {args.concurrency / args.latency:.0f} calls/s at zero "
+          f"CPU cost")
+
+
+def litellm_cpu_per_call(url: str, calls: int = 200) -> float:
+    """CPU seconds litellm itself spends per chat-completion call (many in flight on one loop)."""
+    import asyncio
+    import time
+
+    from aft_bench.interface.tokens import litellm_module
+
+    litellm = litellm_module()
+    msgs = [{"role": "system", "content": "Task id: none"}, {"role": "user", "content": "Task: none\nInputs: {}"}]
+
+    async def one() -> None:
+        await litellm.acompletion(model="openai/fake-capability", messages=msgs, api_base=url, api_key="none",
+                                  num_retries=0, max_retries=0, timeout=30)
+
+    async def run() -> float:
+        await one()
+        t = time.process_time()
+        await asyncio.gather(*(one() for _ in range(calls)))
+        return (time.process_time() - t) / calls
+
+    return asyncio.run(run())
 
 
 if __name__ == "__main__":

@@ -186,6 +186,7 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stall
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server interface
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -219,8 +220,11 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 256  # many clients connect at once (the default backlog of 5 drops connections)
+        daemon_threads = True
+
+    server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True, name="fake-llm").start()
     return server
 
