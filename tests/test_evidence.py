@@ -197,8 +197,8 @@ def _readme_commands() -> list[str]:
 
 def test_every_command_line_of_the_readme_runs(smoke_results: Path, tmp_path: Path, capsys) -> None:
     """Each `aft-bench ...` line of the README, on the shipped files: run as written (results/pd is the smoke
-    results, optional [..] parts dropped); the full paper matrix and the freeze of the committed lock run as
-    --help, so the test neither takes minutes nor rewrites a committed file."""
+    results, optional [..] parts dropped); the full paper matrix, the freeze of the committed lock and a server
+    waiting for its client run as --help (test_serve.py drives real servers)."""
     d = _copy(smoke_results, tmp_path / "pd")
     trace = sorted((d / "traces").glob("*.jsonl"))[0]
     head = pd.read_parquet(d / "results.parquet").set_index("run_id").loc[trace.stem, "trace_head"]
@@ -212,7 +212,8 @@ def test_every_command_line_of_the_readme_runs(smoke_results: Path, tmp_path: Pa
         argv = shlex.split(line)[1:]
         argv = [str(p) for a in argv for p in (sorted(ROOT.glob(a)) if "*" in a else [a])]
         argv = [str(ROOT / a) if (ROOT / a).exists() and not Path(a).is_absolute() else a for a in argv]
-        if argv[0] in ("freeze",) or "paper_deterministic.toml" in line and argv[0] == "run":
+        if argv[0] in ("freeze",) or "paper_deterministic.toml" in line and argv[0] == "run" or \
+                argv[0] == "serve" and "--show-task" not in argv:  # a server waits for its client: --help
             argv = [argv[0], "--help"]
         try:
             code = main(argv)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aft_bench.agents import deterministic, llm
+from aft_bench.agents import deterministic, llm, mcp_client
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.scripted import ScriptedAgent
 from aft_bench.common.canonical import canonical_json
@@ -32,7 +32,7 @@ class AgentKind:
     description: str
     params: type[BaseModel]
     make: Callable[[Any, Script], Agent]
-    surface: Literal["interface", "raw"]  # raw: drives the pipeline's primitives (calibration only)
+    surface: Literal["interface", "raw", "served"]  # raw: calibration only; served: `aft-bench serve` only
     concurrent: bool = False  # waits on the network: episodes run concurrently on one event loop
     preflight: Callable[[Any], str | None] | None = None  # before a run: what would make it fail at once
 
@@ -44,6 +44,9 @@ AGENTS: dict[str, AgentKind] = {
     "scripted": AgentKind(
         "scripted", "plays the task's oracle steps over the raw pipeline (calibration baselines only)",
         NoParams, lambda _params, script: ScriptedAgent(script.oracle), "raw"),
+    "mcp": AgentKind(
+        "mcp", "an external MCP client (aft-bench serve): its tool calls are the actions", mcp_client.Params,
+        lambda params, _script: mcp_client.McpAgent(params), "served"),
     "llm": AgentKind(
         "llm", "a litellm model: tools as function schemas, report_outcome ends the episode",
         llm.Params, lambda params, _script: llm.LLMAgent(params), "interface", concurrent=True,

@@ -62,9 +62,12 @@ def current_lock(directory: Path) -> str | None:
     if not mpath.exists():
         return None
     manifest = read_json(mpath, "aft-bench manifest")
-    config = Path(str(manifest.get("config_path", ""))) if isinstance(manifest, dict) else Path()
+    raw = manifest.get("config_path") if isinstance(manifest, dict) else None
+    if not raw:  # served episodes have no config
+        return None
+    config = Path(str(raw))
     lock = config.with_name(f"{config.stem}.lock.json")
-    if not (config.name and lock.exists()):
+    if not lock.exists():
         return None
     data = read_json(lock, "lock file")
     return data.get("lock_hash") if isinstance(data, dict) else None

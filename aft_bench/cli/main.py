@@ -198,6 +198,47 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from aft_bench.serving.record import ServedDirectory
+    from aft_bench.serving.server import Served, Target, build_server
+
+    worlds = _worlds_dir(args.worlds)
+    target = Target(args.workload, args.task, args.condition, args.fault, args.seed, args.backend, args.catalog_size)
+    if args.show_task:
+        from aft_bench.serving.server import task_text
+
+        print(task_text(target, worlds))
+        return 0
+    if args.out is None:
+        raise InputError("--out", "--out", None, "serve records its episode: give --out DIR")
+
+    async def serve() -> None:
+        with ServedDirectory(Path(args.out), worlds) as directory:
+            served = Served(target, worlds, directory)
+            server = build_server(served)
+            if args.transport == "stdio":
+                from mcp.server.stdio import stdio_server
+
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+            else:
+                import uvicorn
+
+                app = server.streamable_http_app(host=args.host)
+                config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
+                print(f"serving {target.workload}/{target.task_id} under {target.condition} on "
+                      f"http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
+                await uvicorn.Server(config).serve()
+                await served.finish()
+            if served.row is not None:
+                print(f"aft-bench: episode recorded as run {served.row['run_id']} in {args.out}", file=sys.stderr)
+
+    anyio.run(serve)
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace) -> int:
     from aft_bench.agents.fake_llm import FAILURES, POLICIES, FakeModel, index_tasks, serve
 
@@ -325,6 +366,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--required", nargs="*", default=[])
     g.add_argument("--json", action="store_true", help="full schemas instead of compact cards")
     g.set_defaults(func=cmd_catalog)
+    sv = sub.add_parser("serve", help="serve one faulted episode over MCP to an external agent; record it in --out")
+    sv.add_argument("--workload", required=True)
+    sv.add_argument("--task", required=True)
+    sv.add_argument("--condition", required=True)
+    sv.add_argument("--fault", help="the task's fault variant (default: its first)")
+    sv.add_argument("--seed", type=int, default=0)
+    sv.add_argument("--backend", choices=["memory", "sqlite"], default="memory")
+    sv.add_argument("--catalog-size", type=int, help="discovery workloads: the catalog size")
+    sv.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
+    sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
+    sv.set_defaults(func=cmd_serve)
+
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")
     fk.add_argument("--port", type=int, default=0, help="0: any free port (printed)")

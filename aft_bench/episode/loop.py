@@ -35,7 +35,7 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
     while True:
         action = await agent.act(observation)
         for record in agent.take_records():  # the model calls behind this action, in the trace before it acts
-            surface.note("model_call", **record)
+            surface.note(record.pop("kind", "model_call"), **record)
         turns += 1
         if isinstance(action, End):
             terminal = action

@@ -113,7 +113,8 @@ def load_matrix(path: str | Path, worlds_dir: Path) -> Matrix:
     for i, spec in enumerate(agents):
         if spec.kind.surface != "interface":
             raise InputError(p, f"experiment.agents.{i}.name", spec.name,
-                             "this agent drives the raw pipeline (calibration only), not an interface")
+                             "this agent drives the raw pipeline (calibration only)" if spec.kind.surface == "raw"
+                             else "this agent is an external MCP client: use `aft-bench serve`")
     if len(set(agents)) != len(agents):
         raise InputError(p, "experiment.agents", [a.json for a in agents], "the same agent spec is listed twice")
     conditions = load_conditions()

@@ -1,0 +1,84 @@
+"""Where served episodes go: a results directory like any run's (journal first, then results.parquet, traces,
+manifest), which `analyze`, `report` and `audit` read unchanged. Several served episodes, of any tuples and
+clients, can go into one directory, one server at a time (the runner lock)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from aft_bench.common.canonical import digest
+from aft_bench.common.errors import InputError, OutputError
+from aft_bench.common.files import read_json
+from aft_bench.episode.row import write_parquet
+from aft_bench.experiment.journal import Journal
+from aft_bench.experiment.provenance import code_version, package_versions
+from aft_bench.experiment.rundir import RunDirectory
+
+SERVE_HASH = digest({"aft-bench": "served episodes"})  # the config identity every served row carries
+
+
+class ServedDirectory:
+    """A run directory receiving served episodes; `record` makes one episode's row durable."""
+
+    def __init__(self, out: Path, worlds_dir: Path) -> None:
+        self.out = out
+        self.worlds_dir = worlds_dir
+        self._dir = RunDirectory(out)
+        self.journal: Journal | None = None
+        self.session = 0
+
+    def __enter__(self) -> ServedDirectory:
+        self._dir.__enter__()
+        path = self.out / "manifest.json"
+        try:
+            if path.exists():
+                m = read_json(path, "aft-bench manifest")
+                if not isinstance(m, dict) or m.get("kind") != "served":
+                    self._dir.__exit__()
+                    raise InputError(path, "kind", m.get("kind") if isinstance(m, dict) else None,
+                                     "this directory holds a config's runs, not served episodes; use a new --out")
+            else:
+                self._write_manifest([])
+            self.journal = Journal(self.out / "journal.jsonl")
+            (self.out / "traces").mkdir(exist_ok=True)
+            self.session = self._dir.start_session(0)
+        except OSError as exc:
+            self._dir.__exit__()
+            raise OutputError(self.out, exc) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        self._dir.__exit__()
+
+    def repetitions_of(self, run_key: dict[str, Any]) -> int:
+        """How many served episodes of this tuple are recorded already (the next one's `rep`)."""
+        assert self.journal is not None
+        keys = list(run_key)
+        return sum(1 for r in self.journal.rows if all(r.get(k) == run_key[k] for k in keys))
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Journal first (fsync'd), then the manifest's run list and results.parquet, atomically."""
+        assert self.journal is not None
+        try:
+            self.journal.append({**row, "config_hash": SERVE_HASH, "lock_hash": None,
+                                 "code_version": code_version()["version"], "session": self.session})
+            self._write_manifest([r["run_id"] for r in self.journal.rows])
+            write_parquet(self.journal.rows, self.out / "results.parquet")
+        except OSError as exc:
+            raise OutputError(self.out, exc) from None
+
+    def _write_manifest(self, run_ids: list[str]) -> None:
+        manifest = {"kind": "served", "config_path": "", "config_hash": SERVE_HASH,
+                    "experiment": {"id": "served"}, "worlds_dir": str(self.worlds_dir), "run_ids": run_ids,
+                    "runs": len(run_ids), "code": code_version(), "packages": package_versions()}
+        tmp = self.out / "manifest.json.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.out / "manifest.json")

@@ -1,0 +1,210 @@
+"""`aft-bench serve`: the MCP SDK's own client drives served episodes in memory, over stdio and over HTTP on
+127.0.0.1; labels equal those of the same calls made through the harness; rows pass the audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+from mcp import Client, StdioServerParameters
+
+from aft_bench.agents.protocol import Call, End, Usage
+from aft_bench.cli.main import main
+from aft_bench.episode.episode import run_sync
+from aft_bench.episode.row import SCHEMA, label_columns
+from aft_bench.experiment.build import _resolve
+from aft_bench.experiment.config import Cell
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.serving.record import ServedDirectory
+from aft_bench.serving.server import Served, Target, build_server
+from aft_bench.tasks.workloads import load_workloads
+
+from conftest import WORLDS
+
+CHARGE = {"order_id": "o1", "amount": 50, "note": ""}
+LOST = Target("response_loss", "rl-01-o1", "I3", "response_loss")
+EXE = str(Path(sys.executable).with_name("aft-bench"))
+
+
+async def _episode(out: Path, target: Target, calls: list[tuple[str, dict]], end: dict | None):
+    """Serve one episode in memory; make `calls`, then report `end` (or disconnect); returns the results."""
+    results = []
+    with ServedDirectory(out, WORLDS) as directory:
+        served = Served(target, WORLDS, directory)
+        async with Client(build_server(served)) as client:
+            tools = (await client.list_tools()).tools
+            for name, args in calls:
+                results.append(await client.call_tool(name, args))
+            if end is not None:
+                results.append(await client.call_tool("report_outcome", end))
+    return tools, results, served
+
+
+class Replay:
+    """The same calls, made through the harness by an agent on the interface."""
+
+    def __init__(self, calls, end) -> None:
+        self.calls, self.end = list(calls), end
+
+    async def start(self, brief, surface) -> None:
+        pass
+
+    async def restart(self, surface) -> None:
+        pass
+
+    async def act(self, observation):
+        if self.calls:
+            name, args = self.calls.pop(0)
+            return Call(name, args)
+        return End(self.end["action"], self.end["claim"])
+
+    def usage(self) -> Usage:
+        return Usage()
+
+    def take_records(self) -> list:
+        return []
+
+
+def _harness_labels(target: Target, calls, end) -> dict:
+    ctx = SimpleNamespace(workloads=load_workloads(WORLDS), conditions=load_conditions())
+    wl = ctx.workloads.get(target.workload)
+    cell = Cell(wl.info.world, target.backend, target.workload, target.task_id, target.condition, target.fault,
+                target.seed, target.catalog_size, "deterministic", '{"max_attempts":3,"name":"deterministic"}',
+                "none", 0)
+    with ExitStack() as stack:
+        setup, _agent, _ = _resolve(ctx, cell, None, stack)  # type: ignore[arg-type]
+        return label_columns(run_sync(setup, Replay(calls, end)).labels)
+
+
+def test_a_lost_response_then_a_retry_is_labelled_as_the_same_calls_through_the_harness(tmp_path: Path) -> None:
+    calls = [("charge_payment", CHARGE), ("charge_payment", {**CHARGE, "note": "retry"})]
+    end = {"action": "finish", "claim": "success", "evidence": "the retry succeeded"}
+    tools, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, end))
+    assert results[0].is_error and "timeout" in results[0].content[0].text  # the response was lost after commit
+    assert not results[1].is_error and results[2].content[0].text.startswith("OK: episode recorded")
+    row = pd.read_parquet(tmp_path / "out" / "results.parquet").iloc[0].to_dict()
+    assert row["agent"] == "mcp" and row["model"].startswith("mcp/")
+    expected = _harness_labels(LOST, calls, end)
+    assert {k: (None if pd.isna(row[k]) else row[k]) for k in expected} == expected
+    assert row["duplicate_effects"] == 1 and row["outcome"] == "unsafely_committed"
+
+
+def test_annotations_are_truthful_where_effects_are_known_and_absent_under_legacy(tmp_path: Path) -> None:
+    aware, _, _ = asyncio.run(_episode(tmp_path / "a", Target("response_loss", "rl-01-o1", "I5-discovery", "response_loss"),
+                                       [], None))
+    legacy, _, _ = asyncio.run(_episode(tmp_path / "b", Target("response_loss", "rl-01-o1", "I0", "response_loss"),
+                                        [], None))
+    by_name = {t.name: t for t in aware}
+    charge = by_name["charge_payment"].annotations
+    assert (charge.read_only_hint, charge.destructive_hint, charge.idempotent_hint) == (False, True, True)
+    assert by_name["get_order"].annotations.read_only_hint is True
+    assert by_name["set_customer_tier"].annotations.destructive_hint is False
+    assert "report_outcome" in by_name and "idempotency_key" in by_name["charge_payment"].input_schema["properties"]
+    assert all(t.annotations is None for t in legacy if t.name != "report_outcome")
+    assert "idempotency_key" not in {p for t in legacy for p in t.input_schema.get("properties", {})}
+
+
+def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path) -> None:
+    calls = [("no_such_tool", {}), ("charge_payment", {"order_id": 7}), ("charge_payment", {"note": "x" * 1_000_000}),
+             ("report_outcome", {"action": "celebrate", "claim": "success"})]
+    _, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, {"action": "abort", "claim": "failure"}))
+    assert [r.is_error for r in results[:4]] == [True, True, True, True]
+    assert "limit is" in results[2].content[0].text
+    row = served.row
+    trace = [json.loads(ln) for ln in (tmp_path / "out" / "traces" / f"{row['run_id']}.jsonl").read_text().splitlines()]
+    kinds = [e["kind"] for e in trace]
+    assert kinds.count("tool_call") == 3 and "mcp_rejected" in kinds  # the oversized call never became an action
+    late = asyncio.run(served.call("charge_payment", CHARGE))
+    assert late[2] and "episode_ended" in late[0]
+
+
+def test_served_rows_have_the_harness_schema_and_pass_the_audit(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    asyncio.run(_episode(out, LOST, [("charge_payment", CHARGE)], {"action": "finish", "claim": "unknown"}))
+    asyncio.run(_episode(out, LOST, [("get_order", {"order_id": "o1"})], None))  # a disconnect: no decision
+    stale = load_workloads(WORLDS).items["stale_drift"].tasks[0].id
+    asyncio.run(_episode(out, Target("stale_drift", stale, "I5"), [], {"action": "refuse", "claim": "failure"}))
+    df = pd.read_parquet(out / "results.parquet")
+    assert list(df.columns) == list(SCHEMA) and len(df) == 3
+    assert df.iloc[1]["terminal_action"] == "none" and df.iloc[1]["outcome"] == "unresolved"
+    assert set(df["rep"]) == {0, 1}  # the same tuple served twice: two trials
+    capsys.readouterr()
+    assert main(["audit", str(out)]) == 0, capsys.readouterr().out
+
+
+def test_serve_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    params = StdioServerParameters(command=EXE, args=["serve", "--workload", "response_loss", "--task", "rl-01-o1",
+                                                      "--condition", "I5-discovery", "--fault", "response_loss", "--out",
+                                                      str(out), "--worlds", str(WORLDS)])
+
+    async def play() -> list:
+        async with Client(params) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            first = await client.call_tool("charge_payment", {**CHARGE, "idempotency_key": "k1"})
+            status = await client.call_tool("verify_effect", {"invocation_id": "inv-0001"})
+            end = await client.call_tool("report_outcome", {"action": "finish", "claim": "success"})
+            return [names, first, status, end]
+
+    names, first, status, end = asyncio.run(play())
+    assert "verify_effect" in names and first.is_error and not end.is_error
+    for _ in range(50):
+        if (out / "results.parquet").exists():
+            break
+        time.sleep(0.1)
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert row["outcome"] == "completed" and row["duplicate_effects"] == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_over_http_on_loopback(tmp_path: Path) -> None:
+    out, port = tmp_path / "out", _free_port()
+    proc = subprocess.Popen([EXE, "serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5-discovery",
+                             "--transport", "http", "--port", str(port), "--out", str(out), "--worlds", str(WORLDS)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        async def play():
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                await client.list_tools()
+                lost = await client.call_tool("charge_payment", {**CHARGE, "idempotency_key": "k"})
+                ok = await client.call_tool("charge_payment", {**CHARGE, "idempotency_key": "k"})  # same key
+                end = await client.call_tool("report_outcome", {"action": "finish", "claim": "success"})
+                return lost, ok, end
+
+        lost, ok, end = asyncio.run(play())
+        assert lost.is_error and lost.structured_content == {"status": "timeout"}
+        assert not ok.is_error and ok.structured_content["effect"]["replayed"] is True and not end.is_error
+        row = pd.read_parquet(out / "results.parquet").iloc[0]
+        assert row["outcome"] == "completed" and row["agent"] == "mcp" and row["duplicate_effects"] == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_serve_refuses_a_directory_of_config_runs(smoke_results: Path, tmp_path: Path, capsys) -> None:
+    d = tmp_path / "r"
+    shutil.copytree(smoke_results, d, ignore=shutil.ignore_patterns(".runner.lock"))
+    assert main(["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5-discovery",
+                 "--out", str(d)]) == 2
+    assert "not served episodes" in capsys.readouterr().err
