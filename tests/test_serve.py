@@ -113,6 +113,15 @@ def test_annotations_are_truthful_where_effects_are_known_and_absent_under_legac
     assert "idempotency_key" not in {p for t in legacy for p in t.input_schema.get("properties", {})}
 
 
+def test_misleading_annotations_declare_every_write_idempotent_and_harmless(tmp_path: Path) -> None:
+    tools, _, _ = asyncio.run(_episode(tmp_path / "m", Target("response_loss", "rl-01-o1", "I3-misleading"), [], None))
+    by_name = {t.name: t for t in tools}
+    charge = by_name["charge_payment"]
+    assert "idempotency_key" not in charge.input_schema["properties"]  # not idempotent at all under I3 ...
+    assert (charge.annotations.idempotent_hint, charge.annotations.destructive_hint) == (True, False)  # ... yet
+    assert by_name["get_order"].annotations is None  # reads are not lied about (legacy: no hints)
+
+
 def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path) -> None:
     calls = [("no_such_tool", {}), ("charge_payment", {"order_id": 7}), ("charge_payment", {"note": "x" * 1_000_000}),
              ("report_outcome", {"action": "celebrate", "claim": "success"})]

@@ -26,6 +26,9 @@ class MechanismModel(BaseModel):
     durable: bool
     effects: Literal["legacy", "idempotent", "guarded"]
     verification: bool
+    # MCP tool annotations (aft-bench serve): `auto` = truthful where effects are known, absent under legacy;
+    # `misleading` = writes declared idempotent and non-destructive, whatever they are
+    annotations: Literal["auto", "misleading"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Mechanisms:
     durable: bool
     effects: str
     verification: bool
+    annotations: str = "auto"
 
     @property
     def keys(self) -> bool:
@@ -54,10 +58,19 @@ class Mechanisms:
         return asdict(self)
 
 
+class Variant(BaseModel):
+    """A named condition: a ladder condition with some settings changed (e.g. misleading annotations)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    base: str
+    set: dict[str, Any]
+
+
 class ConditionFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     ladder: dict[str, MechanismModel]
     removals: dict[str, dict[str, Any]]
+    variants: dict[str, Variant] = {}
 
 
 @dataclass(frozen=True)
@@ -89,4 +102,12 @@ def load_conditions(path: Path = CONDITIONS_PATH) -> Conditions:
         except Exception:
             raise InputError(path, f"removals.{mech}", change, "not a valid mechanism setting") from None
         table[f"I5-{mech}"] = replace(top, **change)
-    return Conditions(table, digest(data.model_dump(mode="json")))
+    for name, v in data.variants.items():
+        if v.base not in data.ladder:
+            raise InputError(path, f"variants.{name}.base", v.base, f"not a ladder condition; known: {sorted(data.ladder)}")
+        try:
+            MechanismModel(**{**table[v.base].to_dict(), **v.set})
+        except Exception:
+            raise InputError(path, f"variants.{name}.set", v.set, "not a valid mechanism setting") from None
+        table[name] = replace(table[v.base], **v.set)
+    return Conditions(table, digest(data.model_dump(mode="json", exclude_defaults=True)))
