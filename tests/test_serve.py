@@ -217,3 +217,35 @@ def test_serve_refuses_a_directory_of_config_runs(smoke_results: Path, tmp_path:
     assert main(["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5-discovery",
                  "--out", str(d)]) == 2
     assert "not served episodes" in capsys.readouterr().err
+
+
+CLIENT = """
+import asyncio, os, sys
+from mcp import Client
+
+async def main():
+    async with Client(os.environ["AFT_BENCH_MCP_URL"]) as c:
+        await c.list_tools()
+        if "leave" not in sys.argv:
+            await c.call_tool("report_outcome", {"action": "refuse", "claim": "failure"})
+
+asyncio.run(main())
+"""
+
+
+def test_serve_matrix_plays_every_tuple_with_a_client_command(tmp_path: Path, capsys) -> None:
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    cfg = tmp_path / "m.toml"
+    cfg.write_text('[experiment]\nid = "m"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n')
+    out = tmp_path / "out"
+    assert main(["serve-matrix", str(cfg), "--out", str(out), "--worlds", str(WORLDS),
+                 "--client-cmd", f"{sys.executable} {client}"]) == 0
+    assert main(["serve-matrix", str(cfg), "--out", str(out), "--worlds", str(WORLDS),
+                 "--client-cmd", f"{sys.executable} {client} leave"]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 4 and set(df["condition"]) == {"I5", "I5-effects"}
+    assert sorted(df["terminal_action"]) == ["none", "none", "refuse", "refuse"]  # a client that leaves: unresolved
+    assert set(df.loc[df["terminal_action"] == "none", "outcome"]) == {"unresolved"}
+    capsys.readouterr()
+    assert main(["audit", str(out)]) == 0

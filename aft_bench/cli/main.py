@@ -239,6 +239,53 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_matrix(args: argparse.Namespace) -> int:
+    """Play every tuple of a config with an external MCP client: per tuple a fresh HTTP server, then the
+    client command (with AFT_BENCH_MCP_URL set), then the server stops and the episode is recorded."""
+    import shlex
+    import socket
+    import subprocess
+
+    from aft_bench.experiment.config import load_matrix
+
+    worlds = _worlds_dir(args.worlds)
+    matrix = load_matrix(args.config, worlds)
+    tuples = list(dict.fromkeys((c.workload, c.task_id, c.condition, c.fault, c.fault_seed, c.backend,
+                                 c.catalog_size, c.rep) for c in matrix.cells))
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    played = 0
+    for wl, task, cond, fault, seed, backend, size, _rep in tuples:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [exe, "serve", "--workload", wl, "--task", task, "--condition", cond, "--fault", fault, "--seed",
+               str(seed), "--backend", backend, "--transport", "http", "--port", str(port), "--out", args.out,
+               "--worlds", str(worlds)] + (["--catalog-size", str(size)] if size is not None else [])
+        server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        try:
+            for _ in range(200):
+                if server.poll() is not None:
+                    raise InputError("--out", "serve", " ".join(cmd[1:4]), (server.stderr.read() or "").strip()[:300])
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+            try:
+                subprocess.run(args.client_cmd if args.shell else shlex.split(args.client_cmd), env=env,
+                               shell=args.shell, timeout=args.timeout, check=False)
+            except subprocess.TimeoutExpired:
+                print(f"aft-bench: client timed out on {wl}/{task} {cond}; the episode ends unresolved", file=sys.stderr)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        played += 1
+        print(f"{played}/{len(tuples)}  {wl}/{task}  {cond}  {fault}", flush=True)
+    print(f"results: {Path(args.out) / 'results.parquet'}")
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace) -> int:
     from aft_bench.agents.fake_llm import FAILURES, POLICIES, FakeModel, index_tasks, serve
 
@@ -381,6 +428,16 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
     sv.set_defaults(func=cmd_serve)
+
+    sm = sub.add_parser("serve-matrix", help="play every tuple of a config with an external MCP client command")
+    sm.add_argument("config")
+    sm.add_argument("--out", required=True)
+    sm.add_argument("--client-cmd", required=True,
+                    help="run once per tuple, with AFT_BENCH_MCP_URL set to that tuple's server")
+    sm.add_argument("--shell", action="store_true", help="run the client command through the shell")
+    sm.add_argument("--timeout", type=float, default=600.0, help="seconds per tuple before the client is stopped")
+    sm.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    sm.set_defaults(func=cmd_serve_matrix)
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")
