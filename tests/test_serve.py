@@ -110,6 +110,8 @@ def test_annotations_are_truthful_where_effects_are_known_and_absent_under_legac
     assert by_name["set_customer_tier"].annotations.destructive_hint is False
     assert "report_outcome" in by_name and "idempotency_key" in by_name["charge_payment"].input_schema["properties"]
     assert all(t.annotations is None for t in legacy if t.name != "report_outcome")
+    assert by_name["charge_payment"].output_schema["required"] == ["status"]  # structured results: an output schema
+    assert all(t.output_schema is None for t in legacy)  # I0 has text results: none
     assert "idempotency_key" not in {p for t in legacy for p in t.input_schema.get("properties", {})}
 
 

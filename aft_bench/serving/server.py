@@ -34,6 +34,16 @@ from aft_bench.serving.record import ServedDirectory
 from aft_bench.tasks.task import Task
 from aft_bench.tasks.workloads import load_workloads
 
+# Structured results (the `structured` mechanism) as MCP output schema: the interface's result envelope.
+RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["status"],
+    "properties": {"status": {"type": "string", "enum": ["ok", "error", "interrupted", "timeout"]},
+                   "result": {"type": "object"}, "error": {"type": "string"}, "detail": {"type": "string"},
+                   "invocation_id": {"type": "string"}, "resumable": {"type": "boolean"},
+                   "parts": {"type": "object", "properties": {"done": {"type": "integer"},
+                                                              "total": {"type": "integer"}}},
+                   "effect": {"type": "object", "properties": {"idempotency_key": {"type": "string"},
+                                                               "replayed": {"type": "boolean"}}}}}
 READ_ONLY_LIFECYCLE = {"get_invocation_status", "list_invocations", "verify_effect", "search_tools", "describe_tool"}
 
 
@@ -126,6 +136,7 @@ class Served:
 
         assert self.agent is not None
         out = [mt.Tool(name=s.name, description=s.description, input_schema=s.parameters,
+                       output_schema=RESULT_SCHEMA if self.mechanisms.structured else None,
                        annotations=self._annotations(s)) for s in self.agent.surface]
         out.append(mt.Tool(name=REPORT["name"], description=REPORT["description"], input_schema=REPORT["parameters"]))
         return out
