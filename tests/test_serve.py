@@ -136,6 +136,8 @@ def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path)
     assert kinds.count("tool_call") == 3 and "mcp_rejected" in kinds  # the oversized call never became an action
     late = asyncio.run(served.call("charge_payment", CHARGE))
     assert late[2] and "episode_ended" in late[0]
+    logged = json.loads((tmp_path / "out" / "late_calls.jsonl").read_text().splitlines()[-1])
+    assert logged == {"run_id": row["run_id"], "tool": "charge_payment", "chars": len(json.dumps(CHARGE))}
 
 
 def test_served_rows_have_the_harness_schema_and_pass_the_audit(tmp_path: Path, capsys) -> None:

@@ -28,6 +28,7 @@ from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
 from aft_bench.experiment.build import _resolve
 from aft_bench.experiment.config import Cell
+from aft_bench.experiment.journal import append_record
 from aft_bench.interface.mechanisms import Mechanisms, load_conditions
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.serving.record import ServedDirectory
@@ -175,7 +176,9 @@ class Served:
     async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
         """One client tool call: (text, structured content, is_error)."""
         if self.episode is None or self.episode.done() or self.agent is None:
-            self.late_calls += 1
+            self.late_calls += 1  # the trace is sealed: a late call is logged beside it
+            append_record(self.directory.out / "late_calls.jsonl",
+                          {"run_id": (self.row or {}).get("run_id"), "tool": name, "chars": len(json.dumps(args))})
             return "ERROR episode_ended: this episode has ended; start the server again for another", None, True
         size = len(json.dumps(args))
         if size > MAX_ARGS_CHARS:
