@@ -253,3 +253,40 @@ def test_serve_matrix_plays_every_tuple_with_a_client_command(tmp_path: Path, ca
     assert set(df.loc[df["terminal_action"] == "none", "outcome"]) == {"unresolved"}
     capsys.readouterr()
     assert main(["audit", str(out)]) == 0
+
+
+def test_an_interrupted_call_is_a_task_that_can_be_polled_continued_or_cancelled(tmp_path: Path) -> None:
+    """Resumable invocations in the Tasks extension's terms: an interrupted call returns a task handle;
+    tasks_get polls it, tasks_result continues it without re-executing, tasks_cancel abandons it."""
+    target = Target("interruption", "int-01-d1", "I5-discovery")
+    export = {"dataset_id": "d1", "format": "csv", "idempotency_key": "e1"}
+
+    async def play(cancel: bool):
+        with ServedDirectory(tmp_path / ("c" if cancel else "r"), WORLDS) as directory:
+            served = Served(target, WORLDS, directory)
+            async with Client(build_server(served)) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                first = await client.call_tool("start_export", export)
+                task = first.structured_content["task"]
+                polled = await client.call_tool("tasks_get", {"task_id": task["taskId"]})
+                if cancel:
+                    gone = await client.call_tool("tasks_cancel", {"task_id": task["taskId"]})
+                    after = await client.call_tool("tasks_result", {"task_id": task["taskId"]})
+                    await client.call_tool("report_outcome", {"action": "abort", "claim": "failure"})
+                    return names, first, polled, gone, after, served.row
+                done = await client.call_tool("tasks_result", {"task_id": task["taskId"]})
+                await client.call_tool("report_outcome", {"action": "finish", "claim": "success"})
+                return names, first, polled, done, None, served.row
+
+    names, first, polled, done, _, row = asyncio.run(play(cancel=False))
+    assert {"tasks_get", "tasks_result", "tasks_cancel"} <= names
+    assert first.structured_content["status"] == "interrupted" and first.structured_content["task"]["status"] == "working"
+    assert polled.structured_content["task"]["status"] == "working"
+    assert not done.is_error and done.structured_content["status"] == "ok"
+    assert row["recovered"] is True and row["outcome"] == "completed" and row["duplicate_effects"] == 0
+    names, first, polled, gone, after, row = asyncio.run(play(cancel=True))
+    assert gone.structured_content == {"taskId": first.structured_content["task"]["taskId"], "status": "cancelled"}
+    assert after.is_error and "task_cancelled" in after.content[0].text
+    assert row["recovered"] is False and row["y_goal"] is False
+    trace = (tmp_path / "c" / "traces" / f"{row['run_id']}.jsonl").read_text()
+    assert '"kind":"task_cancelled"' in trace

@@ -44,7 +44,19 @@ RESULT_SCHEMA: dict[str, Any] = {
                    "parts": {"type": "object", "properties": {"done": {"type": "integer"},
                                                               "total": {"type": "integer"}}},
                    "effect": {"type": "object", "properties": {"idempotency_key": {"type": "string"},
-                                                               "replayed": {"type": "boolean"}}}}}
+                                                               "replayed": {"type": "boolean"}}},
+                   "task": {"type": "object", "properties": {"taskId": {"type": "string"},
+                                                             "status": {"type": "string"}}}}}
+# Resumable invocations in the 2026-07-28 Tasks extension's terms (offered as tools: the SDK carries only the
+# types): an interrupted call's invocation is a task handle; get = lifecycle status, result = continuation,
+# cancel = abandon it (no later continuation is accepted).
+TASK_TOOLS = {
+    "tasks_get": "Status of a task (an interrupted invocation): working, completed, failed or cancelled.",
+    "tasks_result": "Continue a task to its result without re-executing it (resumable invocations only).",
+    "tasks_cancel": "Cancel a task: it will not be continued.",
+}
+TASK_ARGS = {"type": "object", "required": ["task_id"], "additionalProperties": False,
+             "properties": {"task_id": {"type": "string", "description": "taskId from an interrupted result"}}}
 READ_ONLY_LIFECYCLE = {"get_invocation_status", "list_invocations", "verify_effect", "search_tools", "describe_tool"}
 
 
@@ -90,6 +102,7 @@ class Served:
         self.ready = asyncio.Event()
         self.row: dict[str, Any] | None = None
         self.late_calls = 0
+        self.cancelled: set[str] = set()
 
     # -- the episode --------------------------------------------------------------------------------------
     async def start(self, client: str) -> None:
@@ -139,6 +152,10 @@ class Served:
         out = [mt.Tool(name=s.name, description=s.description, input_schema=s.parameters,
                        output_schema=RESULT_SCHEMA if self.mechanisms.structured else None,
                        annotations=self._annotations(s)) for s in self.agent.surface]
+        if self.mechanisms.resume:
+            out += [mt.Tool(name=name, description=desc, input_schema=TASK_ARGS,
+                            annotations=mt.ToolAnnotations(read_only_hint=name == "tasks_get"))
+                    for name, desc in TASK_TOOLS.items()]
         out.append(mt.Tool(name=REPORT["name"], description=REPORT["description"], input_schema=REPORT["parameters"]))
         return out
 
@@ -184,6 +201,37 @@ class Served:
         if size > MAX_ARGS_CHARS:
             self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "arguments too large", "chars": size})
             return f"ERROR invalid_arguments: arguments of {size} characters; the limit is {MAX_ARGS_CHARS}", None, True
+        if name in TASK_TOOLS and self.mechanisms.resume:
+            return await self._task_call(name, args)
+        return await self._submit(name, args)
+
+    async def _task_call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
+        """A Tasks-extension operation on an invocation, through the interface's lifecycle tools."""
+        assert self.agent is not None
+        task_id = str(args.get("task_id", ""))
+        if name == "tasks_cancel":
+            self.cancelled.add(task_id)
+            self.agent.reject({"kind": "task_cancelled", "inv": task_id})
+            return json.dumps({"taskId": task_id, "status": "cancelled"}), {"taskId": task_id, "status": "cancelled"}, False
+        if task_id in self.cancelled:
+            self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "task cancelled", "inv": task_id})
+            return f"ERROR task_cancelled: task {task_id} was cancelled", None, True
+        if name == "tasks_result":
+            return await self._submit("resume_invocation", {"invocation_id": task_id})
+        if not self.mechanisms.observability:
+            return "ERROR unsupported: task status needs the observability mechanism", None, True
+        text, structured, is_error = await self._submit("get_invocation_status", {"invocation_id": task_id})
+        info = (structured or {}).get("result") or {}
+        if structured is not None and not is_error:
+            lifecycle = str(info.get("lifecycle"))
+            status = {"committed": "completed", "failed": "failed"}.get(lifecycle, "working")
+            structured = {**structured, "task": {"taskId": task_id, "status": status}}
+            text = json.dumps(structured, sort_keys=True)
+        return text, structured, is_error
+
+    async def _submit(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
+        """Hand one call to the episode loop and wait for what it showed."""
+        assert self.agent is not None and self.episode is not None
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.agent.inbox.put_nowait((name, args, reply))
         try:
@@ -193,7 +241,11 @@ class Served:
         if obs is None:  # report_outcome accepted: the episode ends and is recorded
             row = await self.episode
             return f"OK: episode recorded as run {row['run_id']}", None, False
-        return _render(obs)
+        text, structured, is_error = _render(obs)
+        if self.mechanisms.resume and structured is not None and structured.get("status") == "interrupted":
+            structured = {**structured, "task": {"taskId": structured.get("invocation_id"), "status": "working"}}
+            text = json.dumps(structured, sort_keys=True)
+        return text, structured, is_error
 
 
 def _render(obs: Observation) -> tuple[str, dict[str, Any] | None, bool]:
