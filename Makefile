@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_backends.py
+	$(BIN)/python benchmarks/bench_programs.py
 
 ## mutants: mutation testing (mutmut, configured in pyproject.toml) of the judge and the fault/guard core
 mutants: $(STAMP)

@@ -52,7 +52,7 @@ def test_no_condition_adds_business_capability(worlds, condition: str) -> None:
     assert set(iface.business) == set(iface.pipeline.backend.world.operations)
     names = {t.name for t in iface.surface()}
     lifecycle = {"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
-                 "search_tools", "describe_tool"}
+                 "search_tools", "describe_tool", "run_program"}  # a program calls only the business tools
     assert names - lifecycle <= set(iface.business)
 
 

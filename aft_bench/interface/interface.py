@@ -49,6 +49,7 @@ class Interface:
     business: dict[str, ToolSpec] = field(init=False)
     lifecycle: dict[str, ToolSpec] = field(init=False)
     materialized: set[str] = field(init=False, default_factory=set)
+    _programs: Any = field(init=False, default=None)  # the episode's ProgramRunner, made on first submission
 
     def __post_init__(self) -> None:
         world = self.pipeline.backend.world
@@ -97,6 +98,12 @@ class Interface:
                      "arguments": {"type": "object", "description": "The arguments of that call."}}
             tools.append(ToolSpec("verify_effect", "Authoritative evidence whether a call's intended effect holds now.",
                                   _obj(props, ["tool", "arguments"]), "lifecycle"))
+        if m.programs != "off":
+            tools.append(ToolSpec("run_program", "Run one Python program whose only contact with the world is "
+                                  "CALL(tool, arguments, effect) with effect \"READ\" or \"WRITE\" as the tool "
+                                  "declares; returns its last expression's value, or diagnostics.",
+                                  _obj({"source": {"type": "string", "description": "The program."}}, ["source"]),
+                                  "lifecycle"))
         if m.discovery == "selective":
             tools.append(ToolSpec("search_tools", f"Search the tool catalog; returns the top {self.search_k} "
                                   "capability cards.", _obj({"query": {"type": "string", "description": "What you "
@@ -146,6 +153,21 @@ class Interface:
 
     def _t_resume_invocation(self, args: dict[str, Any]) -> Observation:
         return self._render(self.pipeline.resume(str(args.get("invocation_id"))))
+
+    def _t_run_program(self, args: dict[str, Any]) -> Observation:
+        from aft_bench.interface.programs import ProgramRunner
+
+        if self._programs is None:
+            self._programs = ProgramRunner(self.mechanisms.programs, {})
+        world = self.pipeline.backend.world
+        self._programs.effects = {n: ("WRITE" if world.operations[n].is_write else "READ")
+                                  for n in self.business if n in self.materialized}
+        out = self._programs.run(str(args.get("source", "")), self.call, self.note)
+        if self.mechanisms.structured:
+            return Observation(out)
+        if out["status"] == "ok":
+            return self._ok({"result": out["result"], "calls": len(out["calls_made"])})
+        return self._error(out["error"], out["detail"])
 
     def _t_list_invocations(self, args: dict[str, Any]) -> Observation:
         return self._render(self.pipeline.handles())

@@ -29,6 +29,9 @@ class MechanismModel(BaseModel):
     # MCP tool annotations (aft-bench serve): `auto` = truthful where effects are known, absent under legacy;
     # `misleading` = writes declared idempotent and non-destructive, whatever they are
     annotations: Literal["auto", "misleading"] = "auto"
+    # tool programs (ToolPro): `run_program` with re-execution that emits every call again (`plain`) or
+    # replays completed writes (`replay`)
+    programs: Literal["off", "plain", "replay"] = "off"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Mechanisms:
     effects: str
     verification: bool
     annotations: str = "auto"
+    programs: str = "off"
 
     @property
     def keys(self) -> bool:

@@ -1,0 +1,115 @@
+"""Tool programs: validation before execution, the pydantic-monty sandbox, the host CALL as enforcement point,
+and effect-aware replay against plain re-execution."""
+
+from __future__ import annotations
+
+import pytest
+
+from aft_bench.interface.interface import Interface
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.interface.programs import validate
+from aft_bench.judge.labels import compute_labels
+from aft_bench.episode.episode import open_pipeline
+from aft_bench.runtime.faults import FaultSchedule
+from aft_bench.runtime.trace import Trace
+
+from conftest import task_of
+
+EFFECTS = {"get_order": "READ", "charge_payment": "WRITE"}
+GOOD = 'o = CALL("get_order", {"order_id": "o1"}, "READ")\nCALL("charge_payment", {"order_id": "o1", "amount": 50, "note": ""}, "WRITE")'
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("import os", "imports are outside the surface"),
+    ("from os import path", "imports are outside the surface"),
+    ('open("/etc/passwd")', "'open' is outside the surface"),
+    ('eval("1")', "'eval' is outside the surface"),
+    ('__import__("os")', "'__import__' is outside the surface"),
+    ("x = ().__class__", "attribute '__class__' is outside the surface"),
+    ("while True:\n    pass", "unbounded loop"),
+    ('CALL("launch", {}, "WRITE")', "unknown tool 'launch'"),
+    ('CALL("charge_payment", {}, "READ")', "'charge_payment' is a WRITE tool, labelled READ"),
+    ('t = "get_order"\nCALL(t, {}, "READ")', "CALL's tool must be a literal name"),
+    ('CALL("get_order", {}, e)', "CALL's effect must be the literal"),
+    ("x = (", "syntax error"),
+    ("x = 1\n" * 20_000, "the limit is"),
+])
+def test_programs_outside_the_surface_are_rejected_with_their_line(source: str, reason: str) -> None:
+    found = validate(source, EFFECTS)
+    assert found and any(reason in d.reason for d in found), found
+
+
+def test_a_program_inside_the_surface_passes() -> None:
+    assert validate(GOOD, EFFECTS) == []
+    assert validate("total = 0\nfor i in range(3):\n    total += i\ntotal", EFFECTS) == []
+
+
+def _interface(worlds, condition: str):
+    world, task = task_of(worlds, "payments/charge-o1")
+    mech = load_conditions().resolve(condition)
+    pipe = open_pipeline(world, task, FaultSchedule(id="t"), 0, Trace(), durable_state=mech.durable)
+    return Interface(pipe, mech), task
+
+
+def _labels(iface, task):
+    return compute_labels(iface.pipeline.trace.events(), iface.pipeline.backend.state, task.criteria)
+
+
+def test_a_program_runs_every_call_through_the_interface(worlds) -> None:
+    iface, task = _interface(worlds, "I0-program-replay")
+    assert "run_program" in {t.name for t in iface.surface()}
+    obs = iface.call("run_program", {"source": GOOD})
+    assert str(obs.content).startswith("OK: ") and '"calls":2' in obs.content
+    kinds = [e.kind for e in iface.pipeline.trace.events()]
+    assert kinds.count("tool_call") == 3 and "commit" in kinds and "program_completed" in kinds
+    assert _labels(iface, task).y_goal
+
+
+HOSTILE = ["import os", 'open("/etc/passwd").read()', 'eval("1+1")', '__import__("os")',
+           "i = 0\nwhile i >= 0:\n    i += 1", "x = [0] * 10**9", "def f(n):\n    return f(n + 1)\nf(0)",
+           'CALL("charge_payment", {"order_id": "o1", "amount": 50, "note": ""}, "READ")',
+           'CALL("self_destruct", {}, "WRITE")', "x = 1\n" * 200_000]
+
+
+@pytest.mark.parametrize("source", HOSTILE, ids=[h.splitlines()[0][:24] for h in HOSTILE])
+def test_hostile_programs_are_contained_recorded_and_change_nothing(worlds, source: str) -> None:
+    iface, _ = _interface(worlds, "I5-program-replay")
+    iface.materialized |= {"charge_payment", "get_order"}
+    before = iface.pipeline.backend.state_hash()
+    obs = iface.call("run_program", {"source": source})
+    assert obs.content["status"] == "error" and obs.content["error"] in ("program_rejected", "program_failed")
+    assert iface.pipeline.backend.state_hash() == before and iface.pipeline.backend.state["ledger"] == []
+    kinds = {e.kind for e in iface.pipeline.trace.events()}
+    assert kinds & {"program_rejected", "program_failed"}
+    assert iface.call("run_program", {"source": 'CALL("get_order", {"order_id": "o1"}, "READ")'}).content["status"] \
+        == "ok"  # the sandbox and the episode survive
+
+
+FAILING = GOOD + "\n1 / 0"  # fails after its write completed
+
+
+@pytest.mark.parametrize("condition, commits, duplicates", [("I0-program-plain", 2, 1), ("I0-program-replay", 1, 0)])
+def test_replay_never_repeats_a_completed_write_and_plain_does(worlds, condition: str, commits: int,
+                                                              duplicates: int) -> None:
+    iface, task = _interface(worlds, condition)
+    first = iface.call("run_program", {"source": FAILING})
+    assert first.content.startswith("ERROR program_failed")
+    repaired = iface.call("run_program", {"source": GOOD})
+    assert repaired.content.startswith("OK: ")
+    lb = _labels(iface, task)
+    assert (lb.commits, lb.duplicate_effects) == (commits, duplicates)
+    replayed = [e for e in iface.pipeline.trace.events() if e.kind == "write_replayed"]
+    assert len(replayed) == (1 if condition.endswith("replay") else 0)
+
+
+def test_a_repair_that_changes_the_completed_write_prefix_falls_back_to_stepwise(worlds) -> None:
+    iface, task = _interface(worlds, "I0-program-replay")
+    iface.call("run_program", {"source": FAILING})
+    changed = GOOD.replace('"note": ""', '"note": "other"')
+    out = iface.call("run_program", {"source": changed})
+    assert out.content.startswith("ERROR program_failed") and "replay disabled" in out.content
+    assert iface.call("run_program", {"source": GOOD}).content.startswith("ERROR program_rejected")
+    assert _labels(iface, task).commits == 1  # the changed write never went out
+    assert "program_fallback" in {e.kind for e in iface.pipeline.trace.events()}
+    stepwise = iface.call("get_order", {"order_id": "o1"})
+    assert str(stepwise.content).startswith("OK: ")
