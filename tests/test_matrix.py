@@ -199,7 +199,7 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
     assert [c["id"] for c in data] == ["discovery_context", "discovery_recall", "resume_recovery",
                                        "durable_recovery", "duplicate_effects", "unsafe_commits",
                                        "terminal_verification", "partial_verification", "discovery_correctness",
-                                       "discovery_wrong_tool"]
+                                       "discovery_wrong_tool", "replay_duplicates"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0
     assert "I5-guards" in capsys.readouterr().out

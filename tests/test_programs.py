@@ -113,3 +113,44 @@ def test_a_repair_that_changes_the_completed_write_prefix_falls_back_to_stepwise
     assert "program_fallback" in {e.kind for e in iface.pipeline.trace.events()}
     stepwise = iface.call("get_order", {"order_id": "o1"})
     assert str(stepwise.content).startswith("OK: ")
+
+
+def test_on_the_repair_workload_replay_never_duplicates_and_plain_duplicates_once_per_task(tmp_path) -> None:
+    """The quality bar, on every one of the 16 task clusters of `program_repair`, through the runner."""
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "configs" / "toolpro_repair.toml"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    by = df.groupby("condition")
+    assert (by.get_group("I0-program-replay")["duplicate_effects"] == 0).all()
+    assert (by.get_group("I0-program-plain")["duplicate_effects"] == 1).all()
+    assert df["task_id"].nunique() == 16 and df["y_goal"].all()
+    assert main(["analyze", str(out), "--permutations", "2000", "--resamples", "200"]) == 0
+    row = next(r for r in pd.read_csv(out / "analysis" / "secondary.csv").to_dict("records")
+               if r["comparison"] == "replay_duplicates")
+    assert row["pairs"] == 16 and row["utility_diff"] == 1.0 and row["criterion_met"]
+
+
+def test_the_program_agent_writes_the_plan_with_keys_and_a_failure_point(worlds) -> None:
+    import asyncio
+
+    from aft_bench.agents.program import Params, ProgramAgent
+    from aft_bench.interface.tools import ToolSpec
+    from aft_bench.tasks.workloads import load_workloads
+
+    from conftest import WORLDS
+
+    task = load_workloads(WORLDS).items["program_repair"].tasks[0]
+    agent = ProgramAgent(Params(fail_after=1), task.script)
+    keyed = {"type": "object", "properties": {"order_id": {}, "idempotency_key": {}}}
+    asyncio.run(agent.start(task.brief, [ToolSpec("charge_payment", "", keyed, "business"),
+                                          ToolSpec("run_program", "", {}, "lifecycle")]))
+    src = agent.source(1)
+    assert "'idempotency_key': 'pr-01-o1-gold-0'" in src and src.count("CALL(") == 2
+    assert src.index("raise RuntimeError") < src.index("set_customer_tier")
+    assert validate(agent.source(0), {"charge_payment": "WRITE", "set_customer_tier": "WRITE"}) == []

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aft_bench.agents import deterministic, llm, mcp_client
+from aft_bench.agents import deterministic, llm, mcp_client, program
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.scripted import ScriptedAgent
 from aft_bench.common.canonical import canonical_json
@@ -44,6 +44,9 @@ AGENTS: dict[str, AgentKind] = {
     "scripted": AgentKind(
         "scripted", "plays the task's oracle steps over the raw pipeline (calibration baselines only)",
         NoParams, lambda _params, script: ScriptedAgent(script.oracle), "raw"),
+    "program": AgentKind(
+        "program", "writes the task's plan as one tool program (run_program); resubmits it repaired after a failure",
+        program.Params, lambda params, script: program.ProgramAgent(params, script), "interface"),
     "mcp": AgentKind(
         "mcp", "an external MCP client (aft-bench serve): its tool calls are the actions", mcp_client.Params,
         lambda params, _script: mcp_client.McpAgent(params), "served"),
