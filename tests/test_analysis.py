@@ -46,7 +46,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
     assert list(primary.columns) == PRIMARY_COLUMNS
     assert list(primary["comparison"]) == PRIMARY_ORDER
     assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification",
-                                                                       "discovery_correctness", "discovery_wrong_tool"]
+                                                                       "discovery_correctness", "discovery_wrong_tool",
+                                                                       "replay_duplicates"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

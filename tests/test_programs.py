@@ -154,3 +154,31 @@ def test_the_program_agent_writes_the_plan_with_keys_and_a_failure_point(worlds)
     assert "'idempotency_key': 'pr-01-o1-gold-0'" in src and src.count("CALL(") == 2
     assert src.index("raise RuntimeError") < src.index("set_customer_tier")
     assert validate(agent.source(0), {"charge_payment": "WRITE", "set_customer_tier": "WRITE"}) == []
+
+
+def test_the_virtual_clock_and_the_consolidation_rule() -> None:
+    import pandas as pd
+
+    from aft_bench.analysis.toolpro import program_saves_ms, virtual_latency_s
+
+    rows = pd.DataFrame({"model_turns": [3, 2], "round_trips": [2, 1], "program_attempts": [0, 1]})
+    assert list(virtual_latency_s(rows, rtt_ms=100, decision_ms=500, build_ms=50)) == [1.7, 1.15]
+    assert program_saves_ms(5, rtt_ms=1, decision_ms=0, build_ms=10) < 0  # at 1 ms RTT stepwise wins
+    assert program_saves_ms(5, rtt_ms=100, decision_ms=0, build_ms=10) > 0  # at 100 ms the program wins
+
+
+def test_program_runs_record_their_mode_attempts_replays_and_traffic(tmp_path) -> None:
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "configs" / "toolpro_repair.toml"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert set(df["mode"]) == {"program"} and (df["program_attempts"] == 2).all() and (df["round_trips"] == 2).all()
+    replay = df[df["condition"] == "I0-program-replay"]
+    assert (replay["replayed_writes"] == 1).all() and (df["fallbacks"] == 0).all()
+    assert (df["traffic_bytes"] > 0).all()
+    assert main(["audit", str(out)]) == 0  # the new label columns are re-judged from the trace too

@@ -6,6 +6,7 @@ and no side effects of its own: everything it does goes through the agent and th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from aft_bench.agents.protocol import Agent, End, Usage
@@ -21,6 +22,7 @@ class Played:
     turns: int
     tool_calls: int
     usage: Usage
+    traffic_bytes: int = 0  # agent <-> tool server: schemas shown, call arguments, results
 
 
 async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Played:
@@ -29,7 +31,9 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
     A call whose observation says the process lost its local state restarts the agent (it is shown the
     surface again); the next `act` still receives that observation, so the agent learns what happened.
     """
-    await agent.start(brief, surface.surface())
+    shown = surface.surface()
+    traffic = surface.shown_bytes
+    await agent.start(brief, shown)
     observation: Observation | None = None
     turns = calls = 0
     while True:
@@ -45,7 +49,18 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
             break
         calls += 1
         observation = surface.call(action.tool, action.args)
+        traffic += _size(action.args) + _size(observation.content)
         if observation.lost:
             surface.note("agent_restart")
-            await agent.restart(surface.surface())
-    return Played(terminal, turns, calls, agent.usage())
+            shown = surface.surface()
+            traffic += surface.shown_bytes
+            await agent.restart(shown)
+    return Played(terminal, turns, calls, agent.usage(), traffic)
+
+
+def _size(value: object) -> int:
+    """Bytes of a value on the wire (text as UTF-8, anything else as compact JSON)."""
+    if value is None:
+        return 0
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    return len(text.encode("utf-8"))

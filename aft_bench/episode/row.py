@@ -61,6 +61,13 @@ _COLUMNS = (
     Column("recall", "float", "label", "share of the task's required capabilities that were shown to the agent"),
     Column("tool_calls", "int", "label", "calls that reached the pipeline (invocations, resumes, status, verification)"),
     Column("model_turns", "int", "label", "agent decisions (one per action)"),
+    Column("mode", "str", "label", "step | program | fallback: how the episode used tool programs"),
+    Column("program_attempts", "int", "label", "tool programs that ran (accepted by validation)"),
+    Column("replayed_writes", "int", "label", "writes answered from the replay history instead of emitted again"),
+    Column("fallbacks", "int", "label", "times replay was disabled and the episode continued stepwise"),
+    Column("round_trips", "int", "usage", "agent-to-tool-server calls (a program's inner calls run server-side)"),
+    Column("traffic_bytes", "int", "usage",
+           "bytes between agent and tool server: tool schemas shown, call arguments and results"),
     Column("model_calls", "int", "usage", "model calls the agent made (0 for agents without a model)"),
     Column("prompt_tokens", "int", "usage", "prompt tokens the provider reported, summed over the episode"),
     Column("completion_tokens", "int", "usage", "completion tokens the provider reported, summed over the episode"),
@@ -106,6 +113,10 @@ def label_columns(lb: Labels) -> dict[str, Any]:
         "context_tokens": lb.context_tokens,
         "recall": lb.capability_recall,
         "tool_calls": lb.tool_calls,
+        "mode": lb.mode,
+        "program_attempts": lb.program_attempts,
+        "replayed_writes": lb.replayed_writes,
+        "fallbacks": lb.fallbacks,
     }
 
 
@@ -120,6 +131,8 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "mechanisms": canonical_json(dict(mechanisms)),
         **label_columns(result.labels),
         "model_turns": played.turns,
+        "round_trips": played.tool_calls,
+        "traffic_bytes": played.traffic_bytes,
         "model_calls": u.model_calls,
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,

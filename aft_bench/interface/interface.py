@@ -28,7 +28,13 @@ VERSION_PARAM = "expected_version"
 # Per (world, mechanisms) caches, bounded: the business tools, surface token count and search cards are pure
 # functions of these, and a matrix builds thousands of interfaces over the same few worlds.
 _BUSINESS: BoundedCache[tuple[str, Mechanisms], dict[str, ToolSpec]] = BoundedCache(512)
-_SURFACE_TOKENS: BoundedCache[tuple[str, Mechanisms], int] = BoundedCache(512)
+_SURFACE_TOKENS: BoundedCache[tuple[str, Mechanisms], tuple[int, int]] = BoundedCache(512)  # (tokens, bytes)
+
+
+def _measure(schemas: list[dict[str, Any]]) -> tuple[int, int]:
+    """Tokens and UTF-8 bytes of the schemas an agent is shown (one serialization for both)."""
+    text = canonical_json(schemas)
+    return count_tokens(text), len(text.encode("utf-8"))
 _CARDS: BoundedCache[tuple[str, Mechanisms], tuple[tuple[str, ...], tuple[str, ...]]] = BoundedCache(512)
 
 
@@ -50,6 +56,7 @@ class Interface:
     lifecycle: dict[str, ToolSpec] = field(init=False)
     materialized: set[str] = field(init=False, default_factory=set)
     _programs: Any = field(init=False, default=None)  # the episode's ProgramRunner, made on first submission
+    shown_bytes: int = field(init=False, default=0)  # bytes of the schemas the last surface() showed
 
     def __post_init__(self) -> None:
         world = self.pipeline.backend.world
@@ -119,7 +126,7 @@ class Interface:
         eager = self.mechanisms.discovery == "eager"
         if eager:
             shown = list(self.business.values()) + shown
-        tokens = _SURFACE_TOKENS.get(self._key, lambda: count_tokens(canonical_json([t.schema() for t in shown])))
+        tokens, self.shown_bytes = _SURFACE_TOKENS.get(self._key, lambda: _measure([t.schema() for t in shown]))
         self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
                                    business=[t.name for t in shown if t.role == "business"], tokens=tokens)
         self._reset_loaded()

@@ -29,6 +29,7 @@ class RawSurface:
         self.pipeline = pipeline
         self._last: Request | None = None
         self._sent = 0
+        self.shown_bytes = 0  # the raw surface shows names only
 
     def surface(self) -> list[ToolSpec]:
         ops = sorted(self.pipeline.backend.world.operations)

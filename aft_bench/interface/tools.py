@@ -32,6 +32,8 @@ class Observation:
 class Surface(Protocol):
     """The tools an agent can use in one episode, over that episode's pipeline."""
 
+    shown_bytes: int  # bytes of the schemas the last `surface()` showed (for traffic accounting)
+
     def surface(self) -> list[ToolSpec]:
         """The tools whose schemas the agent is shown now (recorded in the trace)."""
 

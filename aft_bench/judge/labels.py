@@ -62,6 +62,10 @@ class Labels:
     commits: int
     capability_recall: float
     context_tokens: int
+    mode: str = "step"  # step | program | fallback (tool programs)
+    program_attempts: int = 0  # programs that ran (accepted by validation)
+    replayed_writes: int = 0  # writes answered from the replay history instead of emitted again
+    fallbacks: int = 0  # times replay was disabled and the episode fell back to stepwise calls
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,7 +189,18 @@ def compute_labels(events: Iterable[Event], state: Mapping[str, Any], criteria: 
         commits=len(commits),
         capability_recall=_recall(evs, criteria),
         context_tokens=sum(int(e.data.get("tokens", 0)) for e in evs if e.kind in SHOWN_KINDS),
+        **_program_labels(evs),
     )
+
+
+def _program_labels(evs: list[Event]) -> dict[str, Any]:
+    """How the episode used tool programs: its mode and the counts ToolPro's comparisons read."""
+    kinds = [e.kind for e in evs]
+    ran = kinds.count("program_completed") + kinds.count("program_failed")
+    fallbacks = kinds.count("program_fallback")
+    mode = "fallback" if fallbacks else ("program" if "program_submitted" in kinds else "step")
+    return {"mode": mode, "program_attempts": ran, "replayed_writes": kinds.count("write_replayed"),
+            "fallbacks": fallbacks}
 
 
 def _recall(evs: list[Event], criteria: Criteria) -> float:
