@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import glob
 import re
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
+
+from aft_bench.common.net import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = Path(sys.executable).with_name("aft-bench")
@@ -38,20 +38,13 @@ def main() -> None:
     ap.add_argument("--llama-python", required=True, help="python of the environment with llama-cpp-python")
     ap.add_argument("--episodes", type=int, default=4)
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     model = gguf(args.llama_python)
     server = subprocess.Popen([args.llama_python, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                                "--port", str(port), "--chat_format", "chatml-function-calling", "--n_ctx", "8192"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_port(port, 300.0, alive=lambda: server.poll() is None)
         with tempfile.TemporaryDirectory() as tmp:
             cfg = Path(tmp) / "smoke.toml"
             cfg.write_text(f'''[experiment]

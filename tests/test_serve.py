@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,10 @@ from mcp import Client, StdioServerParameters
 
 from aft_bench.agents.protocol import Call, End, Usage
 from aft_bench.cli.main import main
+from aft_bench.common.net import free_port, wait_for_port
 from aft_bench.episode.episode import run_sync
 from aft_bench.episode.row import SCHEMA, label_columns
-from aft_bench.experiment.build import _resolve
+from aft_bench.experiment.build import resolve_cell
 from aft_bench.experiment.config import Cell
 from aft_bench.interface.mechanisms import load_conditions
 from aft_bench.serving.record import ServedDirectory
@@ -81,7 +81,7 @@ def _harness_labels(target: Target, calls, end) -> dict:
                 target.seed, target.catalog_size, "deterministic", '{"max_attempts":3,"name":"deterministic"}',
                 "none", 0)
     with ExitStack() as stack:
-        setup, _agent, _ = _resolve(ctx, cell, None, stack)  # type: ignore[arg-type]
+        setup, _agent, _ = resolve_cell(ctx, cell, None, stack)  # type: ignore[arg-type]
         return label_columns(run_sync(setup, Replay(calls, end)).labels)
 
 
@@ -178,24 +178,13 @@ def test_serve_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:
     assert row["outcome"] == "completed" and row["duplicate_effects"] == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_over_http_on_loopback(tmp_path: Path) -> None:
-    out, port = tmp_path / "out", _free_port()
+    out, port = tmp_path / "out", free_port()
     proc = subprocess.Popen([EXE, "serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5-discovery",
                              "--transport", "http", "--port", str(port), "--out", str(out), "--worlds", str(WORLDS)],
                             stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        assert wait_for_port(port, 10.0, alive=lambda: proc.poll() is None), proc.stderr
 
         async def play():
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:

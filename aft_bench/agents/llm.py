@@ -21,14 +21,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aft_bench.agents.protocol import Action, Call, End, Usage
+from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tokens import count_tokens, litellm_module
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief
 
 OFFLINE = "offline"  # api_base that means: the embedded offline model server (agents/fake_llm.py)
-ACTIONS = ("finish", "abort", "refuse", "escalate")
-CLAIMS = ("success", "failure", "unknown")
 RESTARTED = "Your process restarted and lost its local state (conversation included)."
 REMINDER = "Act with one of the tools, or end the episode by calling report_outcome."
 

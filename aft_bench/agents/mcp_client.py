@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aft_bench.agents.llm import ACTIONS, CLAIMS
-from aft_bench.agents.protocol import Action, Call, End, Usage
+from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief
 

@@ -9,13 +9,15 @@ agent costs one un-suspended `await` per step.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol, Sequence, get_args
 
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief
 
 TerminalAction = Literal["finish", "abort", "refuse", "escalate", "budget_exhausted", "none"]
 Claim = Literal["success", "failure", "unknown"]
+ACTIONS = ("finish", "abort", "refuse", "escalate")  # the terminal actions an agent may choose
+CLAIMS: tuple[str, ...] = get_args(Claim)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
         for rec in state["df"][["run_id", *keys]].to_dict("records"):
             cell = Cell(**{k: _plain(rec[k]) for k in keys})
             if cell.run_id != rec["run_id"]:
-                bad[rec["run_id"]] = [k for k in keys]
+                bad[rec["run_id"]] = keys
         assert not bad, _named(bad, "whose key columns do not hash to their run id")
         return "every row's key columns hash to its run id"
 

@@ -243,9 +243,9 @@ def cmd_serve_matrix(args: argparse.Namespace) -> int:
     """Play every tuple of a config with an external MCP client: per tuple a fresh HTTP server, then the
     client command (with AFT_BENCH_MCP_URL set), then the server stops and the episode is recorded."""
     import shlex
-    import socket
     import subprocess
 
+    from aft_bench.common.net import free_port, wait_for_port
     from aft_bench.experiment.config import load_matrix
 
     worlds = _worlds_dir(args.worlds)
@@ -255,22 +255,14 @@ def cmd_serve_matrix(args: argparse.Namespace) -> int:
     exe = str(Path(sys.executable).with_name("aft-bench"))
     played = 0
     for wl, task, cond, fault, seed, backend, size, _rep in tuples:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         cmd = [exe, "serve", "--workload", wl, "--task", task, "--condition", cond, "--fault", fault, "--seed",
                str(seed), "--backend", backend, "--transport", "http", "--port", str(port), "--out", args.out,
                "--worlds", str(worlds)] + (["--catalog-size", str(size)] if size is not None else [])
         server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         try:
-            for _ in range(200):
-                if server.poll() is not None:
-                    raise InputError("--out", "serve", " ".join(cmd[1:4]), (server.stderr.read() or "").strip()[:300])
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            if not wait_for_port(port, 10.0, alive=lambda: server.poll() is None) and server.poll() is not None:
+                raise InputError("--out", "serve", " ".join(cmd[1:4]), (server.stderr.read() or "").strip()[:300])
             env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
             try:
                 subprocess.run(args.client_cmd if args.shell else shlex.split(args.client_cmd), env=env,

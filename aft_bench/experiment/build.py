@@ -23,7 +23,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     with `out=None` no trace file is written and a database lives in a temporary folder removed afterwards."""
     t0 = time.perf_counter()
     with ExitStack() as stack:
-        setup, agent, hashes = _resolve(matrix, cell, out, stack)
+        setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = run_sync(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes)
@@ -33,13 +33,13 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
     """`run_cell` on the caller's event loop, for agents that wait on the network (many episodes at once)."""
     t0 = time.perf_counter()
     with ExitStack() as stack:
-        setup, agent, hashes = _resolve(matrix, cell, out, stack)
+        setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = await run_episode(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes)
 
 
-def _resolve(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:
+def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:
     """Every name of `cell` looked up: the episode's setup, a fresh agent, and the hashes its row records."""
     wl = matrix.workloads.get(cell.workload)
     task = next(t for t in wl.tasks if t.id == cell.task_id)

@@ -111,11 +111,11 @@ def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend
               ) -> Iterator[executors.Outcome]:
     """Cells of agents that wait on the network run concurrently on one event loop (up to each agent's
     `concurrency`); the others in worker processes, or in this process."""
-    networked = [i for i in pending if AgentSpec.parse(matrix.cells[i].agent_spec).kind.concurrent]
-    local = [i for i in pending if i not in set(networked)]
+    specs = {s: AgentSpec.parse(s) for s in {matrix.cells[i].agent_spec for i in pending}}
+    networked = [i for i in pending if specs[matrix.cells[i].agent_spec].kind.concurrent]
+    local = [i for i in pending if not specs[matrix.cells[i].agent_spec].kind.concurrent]
     if networked:
-        limits = {c.agent_spec: int(AgentSpec.parse(c.agent_spec).params.get("concurrency", 1))
-                  for c in (matrix.cells[i] for i in networked)}
+        limits = {s: int(spec.params.get("concurrency", 1)) for s, spec in specs.items() if spec.kind.concurrent}
         yield from executors.concurrent(matrix, networked, out, limits, spend.open)
     if workers > 1 and len(local) > 1:
         yield from executors.process_pool(matrix, local, out, min(workers, len(local)))

@@ -165,11 +165,11 @@ class Interface:
         from aft_bench.interface.programs import ProgramRunner
 
         if self._programs is None:
-            self._programs = ProgramRunner(self.mechanisms.programs, {})
+            self._programs = ProgramRunner(self.mechanisms.programs)
         world = self.pipeline.backend.world
-        self._programs.effects = {n: ("WRITE" if world.operations[n].is_write else "READ")
-                                  for n in self.business if n in self.materialized}
-        out = self._programs.run(str(args.get("source", "")), self.call, self.note)
+        effects = {n: ("WRITE" if world.operations[n].is_write else "READ")
+                   for n in self.business if n in self.materialized}  # the surface the program may call
+        out = self._programs.run(str(args.get("source", "")), effects, self.call, self.note)
         if self.mechanisms.structured:
             return Observation(out)
         if out["status"] == "ok":

@@ -114,22 +114,22 @@ class ProgramRunner:
     """Program submissions of one episode: attempts, the replay history H and the fallback state."""
 
     mode: str  # plain | replay
-    effects: dict[str, str]
     history: list[tuple[str, str, Any]] = field(default_factory=list)  # H: (tool, args json, outcome) of WRITEs
     log: list[tuple[str, str, Any]] = field(default_factory=list)  # W of the last execution
     attempts: int = 0
     fallback: bool = False
     replayed: int = 0
 
-    def run(self, source: str, call: Callable[[str, dict[str, Any]], Observation],
+    def run(self, source: str, effects: dict[str, str], call: Callable[[str, dict[str, Any]], Observation],
             note: Callable[..., None]) -> dict[str, Any]:
-        """Validate and execute one program; returns the result record the agent sees."""
+        """Validate and execute one program against the tools `effects` names (READ/WRITE each); returns the
+        result record the agent sees."""
         note("program_submitted", chars=len(source), attempt=self.attempts + 1, mode=self.mode)
         if self.fallback:
             return self._refused(note, [Diagnostic(0, "replay was disabled for this episode: continue stepwise")])
         if self.attempts >= MAX_ATTEMPTS:
             return self._refused(note, [Diagnostic(0, f"the attempt budget ({MAX_ATTEMPTS}) is spent")])
-        diagnostics = validate(source, self.effects)
+        diagnostics = validate(source, effects)
         if diagnostics:
             return self._refused(note, diagnostics)
         self.attempts += 1
@@ -143,10 +143,10 @@ class ProgramRunner:
 
         def host_call(tool: Any, args: Any, effect: Any) -> Any:
             nonlocal writes
-            if not isinstance(tool, str) or tool not in self.effects:
+            if not isinstance(tool, str) or tool not in effects:
                 raise _ProgramError(f"unknown tool {tool!r}")
-            if effect != self.effects[tool]:
-                raise _ProgramError(f"'{tool}' is a {self.effects[tool]} tool, labelled {effect!r}")
+            if effect != effects[tool]:
+                raise _ProgramError(f"'{tool}' is a {effects[tool]} tool, labelled {effect!r}")
             if not isinstance(args, dict):
                 raise _ProgramError("CALL's arguments must be a dict")
             key = json.dumps(args, sort_keys=True)

@@ -26,14 +26,14 @@ from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError
 from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
-from aft_bench.experiment.build import _resolve
+from aft_bench.experiment.build import resolve_cell
 from aft_bench.experiment.config import Cell
 from aft_bench.experiment.journal import append_record
 from aft_bench.interface.mechanisms import Mechanisms, load_conditions
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.serving.record import ServedDirectory
 from aft_bench.tasks.task import Task
-from aft_bench.tasks.workloads import load_workloads
+from aft_bench.tasks.workloads import load_workloads, world_for
 
 # Structured results (the `structured` mechanism) as MCP output schema: the interface's result envelope.
 RESULT_SCHEMA: dict[str, Any] = {
@@ -76,7 +76,7 @@ class Target:
 class Served:
     """One served episode: started by the client's first request, recorded when it ends."""
 
-    def __init__(self, target: Target, worlds_dir: Path, directory: ServedDirectory) -> None:
+    def __init__(self, target: Target, worlds_dir: Path, directory: ServedDirectory | None = None) -> None:
         self.target = target
         self.directory = directory
         self.ctx = SimpleNamespace(workloads=load_workloads(worlds_dir), conditions=load_conditions())
@@ -96,7 +96,7 @@ class Served:
         if wl.info.catalog_sizes and target.catalog_size not in wl.info.catalog_sizes:
             raise InputError("--catalog-size", "--catalog-size", target.catalog_size,
                              f"this workload needs one of {list(wl.info.catalog_sizes)}")
-        self.world_id = wl.info.world
+        self.world = world_for(wl, task, target.catalog_size, target.seed)
         self.agent: McpAgent | None = None
         self.episode: asyncio.Task[dict[str, Any]] | None = None
         self.ready = asyncio.Event()
@@ -109,8 +109,9 @@ class Served:
         """Start the episode for `client` (once); returns when the agent has been shown the surface."""
         if self.episode is None:
             t = self.target
+            assert self.directory is not None, "a served episode needs a directory to be recorded in"
             spec = canonical_json({"name": "mcp", "client": client})
-            key = {"world": self.world_id, "backend": t.backend, "workload": t.workload, "task_id": t.task_id,
+            key = {"world": self.world.id, "backend": t.backend, "workload": t.workload, "task_id": t.task_id,
                    "condition": t.condition, "fault": t.fault, "fault_seed": t.seed, "catalog_size": t.catalog_size,
                    "agent": "mcp", "agent_spec": spec, "model": client}
             cell = Cell(**key, rep=self.directory.repetitions_of(key))
@@ -120,7 +121,7 @@ class Served:
     async def _play(self, cell: Cell) -> dict[str, Any]:
         t0 = time.perf_counter()
         with ExitStack() as stack:
-            setup, agent, hashes = _resolve(self.ctx, cell, self.directory.out, stack)  # type: ignore[arg-type]
+            setup, agent, hashes = resolve_cell(self.ctx, cell, self.directory.out, stack)  # type: ignore[arg-type]
             assert isinstance(agent, McpAgent)
             self.agent = agent
             starting = asyncio.ensure_future(run_episode(setup, agent))
@@ -177,11 +178,7 @@ class Served:
                                   idempotent_hint="idempotency_key" in spec.parameters.get("properties", {}))
 
     def _effect_of(self, tool: str) -> str:
-        from aft_bench.tasks.workloads import world_for
-
-        wl = self.ctx.workloads.get(self.target.workload)
-        world = world_for(wl, self.task, self.target.catalog_size, self.target.seed)
-        op = world.operations.get(tool)
+        op = self.world.operations.get(tool)
         return op.effect if op is not None else "read"
 
     def prompt_text(self) -> str:
@@ -301,8 +298,4 @@ def build_server(served: Served) -> Any:
 
 def task_text(target: Target, worlds_dir: Path) -> str:
     """The task as the served agent sees it (the `task` prompt), without starting anything."""
-
-    class _Nowhere:
-        out = Path("/nonexistent")
-
-    return Served(target, worlds_dir, _Nowhere()).prompt_text()  # type: ignore[arg-type]
+    return Served(target, worlds_dir).prompt_text()
