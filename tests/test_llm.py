@@ -169,6 +169,18 @@ def test_the_spend_ceiling_stops_new_tuples_and_a_raised_one_continues(server, t
         srv.shutdown()
 
 
+def test_a_declared_price_is_what_litellm_charges_per_reported_token(server, tmp_path: Path) -> None:
+    """A self-hosted model litellm cannot price gets the declared price: cost = tokens x price, per row."""
+    base = server()
+    cfg = _config(tmp_path, f'model = "openai/fake-capability"\napi_base = "{base}"\nconcurrency = 2\n'
+                  "input_usd_per_mtok = 2.0\noutput_usd_per_mtok = 8.0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    rows = pd.read_parquet(out / "results.parquet")
+    expected = (rows["prompt_tokens"] * 2.0 + rows["completion_tokens"] * 8.0) / 1e6
+    assert (rows["cost_usd"] > 0).all() and ((rows["cost_usd"] - expected).abs() < 1e-12).all()
+
+
 def test_a_token_ceiling_applies_to_models_without_a_price(server, tmp_path: Path, capsys) -> None:
     base = server()
     cfg = _config(tmp_path, f'model = "openai/fake-capability"\napi_base = "{base}"\nconcurrency = 1\n',
@@ -184,6 +196,7 @@ def test_a_token_ceiling_applies_to_models_without_a_price(server, tmp_path: Pat
      "AFT_UNSET_KEY_X, which is not set"),
     ('model = "openai/fake-capability"\napi_base = "offline"\nconcurrency = 0', "", "concurrency"),
     ('model = "openai/fake-capability"\napi_base = "offline"', "max_cost_usd = -1", "max_cost_usd"),
+    ('model = "openai/fake-capability"\napi_base = "offline"\ninput_usd_per_mtok = 1.0', "", "declared together"),
 ])
 def test_configs_that_could_not_run_are_one_line_and_exit_2(tmp_path: Path, capsys, agent: str, extra: str,
                                                              field: str) -> None:

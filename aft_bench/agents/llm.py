@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tokens import count_tokens, litellm_module
@@ -63,6 +63,23 @@ class Params(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0, description="seconds per provider call")
     retries: int = Field(default=4, ge=0, le=20, description="harness retries of a transient provider failure")
     backoff_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry, with jitter")
+    input_usd_per_mtok: float | None = Field(default=None, ge=0, description="declared prompt price (USD per "
+                                             "million tokens) for a model litellm does not price, e.g. self-hosted")
+    output_usd_per_mtok: float | None = Field(default=None, ge=0, description="declared completion price; "
+                                              "given together with input_usd_per_mtok")
+
+    @model_validator(mode="after")
+    def _prices_together(self) -> Params:
+        if (self.input_usd_per_mtok is None) != (self.output_usd_per_mtok is None):
+            raise ValueError("input_usd_per_mtok and output_usd_per_mtok are declared together or not at all")
+        return self
+
+    def pricing(self) -> dict[str, float]:
+        """litellm's custom-pricing arguments for a declared price (per token), else none: litellm's own."""
+        if self.input_usd_per_mtok is None or self.output_usd_per_mtok is None:
+            return {}
+        return {"input_cost_per_token": self.input_usd_per_mtok / 1e6,
+                "output_cost_per_token": self.output_usd_per_mtok / 1e6}
 
 
 class ProviderError(Exception):
@@ -242,6 +259,7 @@ class LLMAgent:
             t0 = time.perf_counter()
             try:
                 response = await litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
+                                                     **self.params.pricing(),
                                                      timeout=self.params.timeout_s, num_retries=0, max_retries=0)
                 waited += time.perf_counter() - t0
                 break

@@ -19,6 +19,7 @@ from typing import Any
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
 from aft_bench.experiment.config import Cell, Matrix, load_matrix
+from aft_bench.interface import tokens
 
 Outcome = tuple[int, str, dict[str, Any]]
 CHUNK = 8
@@ -44,6 +45,7 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
     `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling).
     Outcomes arrive as episodes finish; the runner stays the single writer."""
     outcomes: queue.Queue[Outcome | None] = queue.Queue()
+    tokens.warm()  # litellm and the tokenizer load here, once, not on the loop while 32 episodes wait for them
 
     async def one(i: int, gate: asyncio.Semaphore) -> None:
         cell = matrix.cells[i]
