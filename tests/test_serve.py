@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -28,15 +29,16 @@ from aft_bench.serving.record import ServedDirectory
 from aft_bench.serving.server import Served, Target, build_server
 from aft_bench.tasks.workloads import load_workloads
 
-from conftest import WORLDS
+from conftest import ROOT, WORLDS
 
 CHARGE = {"order_id": "o1", "amount": 50, "note": ""}
 LOST = Target("response_loss", "rl-01-o1", "I3", "response_loss")
 EXE = str(Path(sys.executable).with_name("aft-bench"))
 
 
-async def _episode(out: Path, target: Target, calls: list[tuple[str, dict]], end: dict | None):
-    """Serve one episode in memory; make `calls`, then report `end` (or disconnect); returns the results."""
+async def _episode(out: Path, target: Target, calls: list[tuple[str, dict]], end: dict | None,
+                   after: list[tuple[str, dict]] = ()):
+    """Serve one episode in memory; make `calls`, then report `end` (or not), make `after`, disconnect."""
     results = []
     with ServedDirectory(out, WORLDS) as directory:
         served = Served(target, WORLDS, directory)
@@ -46,6 +48,8 @@ async def _episode(out: Path, target: Target, calls: list[tuple[str, dict]], end
                 results.append(await client.call_tool(name, args))
             if end is not None:
                 results.append(await client.call_tool("report_outcome", end))
+            for name, args in after:
+                results.append(await client.call_tool(name, args))
     return tools, results, served
 
 
@@ -90,7 +94,7 @@ def test_a_lost_response_then_a_retry_is_labelled_as_the_same_calls_through_the_
     end = {"action": "finish", "claim": "success", "evidence": "the retry succeeded"}
     tools, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, end))
     assert results[0].is_error and "timeout" in results[0].content[0].text  # the response was lost after commit
-    assert not results[1].is_error and results[2].content[0].text.startswith("OK: episode recorded")
+    assert not results[1].is_error and results[2].content[0].text.startswith("OK: outcome reported")
     row = pd.read_parquet(tmp_path / "out" / "results.parquet").iloc[0].to_dict()
     assert row["agent"] == "mcp" and row["model"].startswith("mcp/")
     expected = _harness_labels(LOST, calls, end)
@@ -127,17 +131,23 @@ def test_misleading_annotations_declare_every_write_idempotent_and_harmless(tmp_
 def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path) -> None:
     calls = [("no_such_tool", {}), ("charge_payment", {"order_id": 7}), ("charge_payment", {"note": "x" * 1_000_000}),
              ("report_outcome", {"action": "celebrate", "claim": "success"})]
-    _, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, {"action": "abort", "claim": "failure"}))
-    assert [r.is_error for r in results[:4]] == [True, True, True, True]
+    after = [("charge_payment", CHARGE), ("report_outcome", {"action": "finish", "claim": "success"})]
+    _, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, {"action": "abort", "claim": "failure"},
+                                              after))
+    assert [r.is_error for r in results] == [True, True, True, True, False, True, True]
     assert "limit is" in results[2].content[0].text
+    assert all("already reported" in r.content[0].text for r in results[5:])  # after the report: refused
     row = served.row
     trace = [json.loads(ln) for ln in (tmp_path / "out" / "traces" / f"{row['run_id']}.jsonl").read_text().splitlines()]
     kinds = [e["kind"] for e in trace]
-    assert kinds.count("tool_call") == 3 and "mcp_rejected" in kinds  # the oversized call never became an action
-    late = asyncio.run(served.call("charge_payment", CHARGE))
-    assert late[2] and "episode_ended" in late[0]
-    logged = json.loads((tmp_path / "out" / "late_calls.jsonl").read_text().splitlines()[-1])
-    assert logged == {"run_id": row["run_id"], "tool": "charge_payment", "chars": len(json.dumps(CHARGE))}
+    assert kinds.count("tool_call") == 3  # neither the oversized call nor the late ones became actions
+    rejected = [e["data"] for e in trace if e["kind"] == "mcp_rejected"]
+    assert [r["reason"] for r in rejected] == ["arguments too large", "after report_outcome", "after report_outcome"]
+    assert [r["tool"] for r in rejected[1:]] == ["charge_payment", "report_outcome"]
+    assert kinds.index("terminal") > max(i for i, k in enumerate(kinds) if k == "mcp_rejected")  # traced, then sealed
+    assert (row["terminal_action"], row["terminal_claim"], row["tool_calls"]) == ("abort", "failure", 3)
+    gone = asyncio.run(served.call("charge_payment", CHARGE))  # the session is over: nothing reaches the world
+    assert gone[2] and "episode_ended" in gone[0]
 
 
 def test_served_rows_have_the_harness_schema_and_pass_the_audit(tmp_path: Path, capsys) -> None:
@@ -178,6 +188,33 @@ def test_serve_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:
     assert row["outcome"] == "completed" and row["duplicate_effects"] == 0
 
 
+def test_the_readme_client_config_starts_a_server_the_sdk_client_can_play(tmp_path: Path) -> None:
+    """The `mcpServers` snippet of the README (the config shape of desktop and command-line agents), taken from
+    the README and launched as a client would launch it (command + args, in the client's working directory)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```json\n(\{\"mcpServers\".*?)```", text, re.S)
+    assert block is not None, "the README lost its client config snippet"
+    entry = json.loads(block.group(1))["mcpServers"]["aft-bench"]
+    assert entry["command"] == "aft-bench"  # installed on PATH by `make`; here: this venv's entry point
+    params = StdioServerParameters(command=EXE, args=entry["args"], cwd=str(tmp_path))
+
+    async def play() -> tuple:
+        async with Client(params) as client:
+            prompt = await client.get_prompt("task")
+            end = await client.call_tool("report_outcome", {"action": "escalate", "claim": "unknown"})
+            return prompt, end
+
+    prompt, end = asyncio.run(play())
+    assert "Task id: rl-01-o1" in prompt.messages[0].content.text and not end.is_error
+    out = tmp_path / entry["args"][entry["args"].index("--out") + 1]
+    for _ in range(50):
+        if (out / "results.parquet").exists():
+            break
+        time.sleep(0.1)
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert (row["condition"], row["terminal_action"], row["agent"]) == ("I5", "escalate", "mcp")
+
+
 def test_serve_over_http_on_loopback(tmp_path: Path) -> None:
     out, port = tmp_path / "out", free_port()
     proc = subprocess.Popen([EXE, "serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5-discovery",
@@ -197,6 +234,9 @@ def test_serve_over_http_on_loopback(tmp_path: Path) -> None:
         lost, ok, end = asyncio.run(play())
         assert lost.is_error and lost.structured_content == {"status": "timeout"}
         assert not ok.is_error and ok.structured_content["effect"]["replayed"] is True and not end.is_error
+        assert not (out / "results.parquet").exists()  # HTTP has no session end: the episode ends with the server
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0 and "episode recorded as run" in proc.stderr.read()
         row = pd.read_parquet(out / "results.parquet").iloc[0]
         assert row["outcome"] == "completed" and row["agent"] == "mcp" and row["duplicate_effects"] == 0
     finally:
@@ -262,10 +302,12 @@ def test_an_interrupted_call_is_a_task_that_can_be_polled_continued_or_cancelled
                     gone = await client.call_tool("tasks_cancel", {"task_id": task["taskId"]})
                     after = await client.call_tool("tasks_result", {"task_id": task["taskId"]})
                     await client.call_tool("report_outcome", {"action": "abort", "claim": "failure"})
-                    return names, first, polled, gone, after, served.row
-                done = await client.call_tool("tasks_result", {"task_id": task["taskId"]})
-                await client.call_tool("report_outcome", {"action": "finish", "claim": "success"})
-                return names, first, polled, done, None, served.row
+                    done = None
+                else:
+                    done = await client.call_tool("tasks_result", {"task_id": task["taskId"]})
+                    gone = after = None
+                    await client.call_tool("report_outcome", {"action": "finish", "claim": "success"})
+            return names, first, polled, done or gone, after, served.row  # recorded once the session ended
 
     names, first, polled, done, _, row = asyncio.run(play(cancel=False))
     assert {"tasks_get", "tasks_result", "tasks_cancel"} <= names

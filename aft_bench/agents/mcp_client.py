@@ -1,14 +1,17 @@
 """The `mcp` agent: an external MCP client whose actions arrive over the protocol instead of being computed.
 
 The server puts each tool call into the agent's inbox with a future; the episode loop takes it as the next
-action and the observation it produced resolves that future on the following `act`. `report_outcome` ends the
-episode; a disconnect ends it without a decision (`none`). Calls the server refused before they could be
-actions (oversized arguments) become records the loop writes to the trace.
+action and the observation it produced resolves that future on the following `act`. A valid `report_outcome`
+fixes the decision; the episode ends with it when the session ends (the client disconnects or the server
+stops), so a call made after the report is refused and still traced. A disconnect without a report ends the
+episode without a decision (`none`). Calls refused at the protocol boundary (oversized arguments, calls after
+the report) become records the loop writes to the trace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +22,7 @@ from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief
 
 MAX_ARGS_CHARS = 64 * 1024  # a tool call's arguments, as JSON
+AFTER_REPORT = "the outcome of this episode was already reported; no further call is executed"
 
 
 class Params(BaseModel):
@@ -62,15 +66,23 @@ class McpAgent:
             if not self._waiting.done():
                 self._waiting.set_result(observation)
             self._waiting = None
-        item = await self.inbox.get()
-        if item is None:  # the client went away without a decision
-            return End("none", None)
-        name, args, reply = item
-        if name == "report_outcome" and args.get("action") in ACTIONS and args.get("claim") in CLAIMS:
-            reply.set_result(None)
-            return End(args["action"], args["claim"])
-        self._waiting = reply
-        return Call(name, args)  # anything else, malformed report_outcome included, goes to the interface
+        decision: End | None = None
+        while True:
+            item = await self.inbox.get()
+            if item is None:  # the session ended: with the reported decision, or without one
+                return decision or End("none", None)
+            name, args, reply = item
+            if decision is not None:
+                self.reject({"kind": "mcp_rejected", "tool": name, "reason": "after report_outcome",
+                             "chars": len(json.dumps(args, default=str))})
+                reply.set_exception(RuntimeError(AFTER_REPORT))
+                continue
+            if name == "report_outcome" and args.get("action") in ACTIONS and args.get("claim") in CLAIMS:
+                reply.set_result(None)
+                decision = End(args["action"], args["claim"])
+                continue
+            self._waiting = reply
+            return Call(name, args)  # anything else, malformed report_outcome included, goes to the interface
 
     def abandon(self, reason: str) -> None:
         """The episode is over: fail whatever is still waiting."""

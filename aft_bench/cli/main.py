@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -230,6 +231,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
                 print(f"serving {target.workload}/{target.task_id} under {target.condition} on "
                       f"http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
+                # SIGTERM stops the server (uvicorn shuts down and the lifespan records the episode); uvicorn
+                # then re-raises the signal, which this handler lets pass so the run ends with exit 0
+                signal.signal(signal.SIGTERM, lambda *_: None)
                 await uvicorn.Server(config).serve()
                 await served.finish()
             if served.row is not None:

@@ -4,8 +4,9 @@ The served tools are the interface's tools for the condition, with their schemas
 every call goes through the same stage pipeline, fault schedule and trace as a harness run, because the
 client is the `mcp` agent on the one episode loop. The task is also an MCP prompt (`task`). Effect semantics
 become tool annotations where the condition is effect-aware (absent under legacy effects); structured results
-become structured content. The episode starts with the client's first request and ends with
-`report_outcome` or the client's disconnect; it is then labelled and recorded like any run.
+become structured content. The episode starts with the client's first request and ends when the
+session does (the client disconnects or the server stops); `report_outcome` fixes its decision, and calls after
+it are refused and traced. It is then labelled and recorded like any run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
 from aft_bench.experiment.build import resolve_cell
 from aft_bench.experiment.config import Cell
-from aft_bench.experiment.journal import append_record
 from aft_bench.interface.mechanisms import Mechanisms, load_conditions
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.serving.record import ServedDirectory
@@ -101,7 +101,7 @@ class Served:
         self.episode: asyncio.Task[dict[str, Any]] | None = None
         self.ready = asyncio.Event()
         self.row: dict[str, Any] | None = None
-        self.late_calls = 0
+        self.run_id: str | None = None
         self.cancelled: set[str] = set()
 
     # -- the episode --------------------------------------------------------------------------------------
@@ -115,6 +115,7 @@ class Served:
                    "condition": t.condition, "fault": t.fault, "fault_seed": t.seed, "catalog_size": t.catalog_size,
                    "agent": "mcp", "agent_spec": spec, "model": client}
             cell = Cell(**key, rep=self.directory.repetitions_of(key))
+            self.run_id = cell.run_id
             self.episode = asyncio.create_task(self._play(cell))
         await self.ready.wait()
 
@@ -189,10 +190,7 @@ class Served:
 
     async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
         """One client tool call: (text, structured content, is_error)."""
-        if self.episode is None or self.episode.done() or self.agent is None:
-            self.late_calls += 1  # the trace is sealed: a late call is logged beside it
-            append_record(self.directory.out / "late_calls.jsonl",
-                          {"run_id": (self.row or {}).get("run_id"), "tool": name, "chars": len(json.dumps(args))})
+        if self.episode is None or self.episode.done() or self.agent is None:  # the session is over
             return "ERROR episode_ended: this episode has ended; start the server again for another", None, True
         size = len(json.dumps(args))
         if size > MAX_ARGS_CHARS:
@@ -235,9 +233,9 @@ class Served:
             obs = await reply
         except RuntimeError as exc:
             return f"ERROR episode_ended: {exc}", None, True
-        if obs is None:  # report_outcome accepted: the episode ends and is recorded
-            row = await self.episode
-            return f"OK: episode recorded as run {row['run_id']}", None, False
+        if obs is None:  # report_outcome accepted: recorded with the decision when the session ends
+            return (f"OK: outcome reported for run {self.run_id}; the episode is labelled and recorded when this "
+                    f"session ends", None, False)
         text, structured, is_error = _render(obs)
         if self.mechanisms.resume and structured is not None and structured.get("status") == "interrupted":
             structured = {**structured, "task": {"taskId": structured.get("invocation_id"), "status": "working"}}
