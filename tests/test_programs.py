@@ -182,3 +182,91 @@ def test_program_runs_record_their_mode_attempts_replays_and_traffic(tmp_path) -
     assert (replay["replayed_writes"] == 1).all() and (df["fallbacks"] == 0).all()
     assert (df["traffic_bytes"] > 0).all()
     assert main(["audit", str(out)]) == 0  # the new label columns are re-judged from the trace too
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"mode": "policy", "rtt_ms": 10}, "needs its profile"),
+    ({"mode": "step", "rtt_ms": 10}, "give them with mode"),
+    ({"mode": "sometimes"}, "mode"),
+])
+def test_the_policy_needs_its_whole_profile_and_only_the_policy_takes_one(params: dict, problem: str) -> None:
+    from pydantic import ValidationError
+
+    from aft_bench.agents.program import Params
+
+    with pytest.raises(ValidationError, match=problem):
+        Params(**params)
+
+
+def test_stepwise_and_program_modes_complete_every_memos_workflow(tmp_path) -> None:
+    """ToolPro's Memos workflows (N = 5..20, read-only and read-write): the same end state either way; N round
+    trips and N + 1 decisions stepwise, one round trip and two decisions as a program."""
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    cfg = tmp_path / "memos.toml"
+    cfg.write_text('[experiment]\nid = "memos"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
+                   '[[experiment.agents]]\nname = "program"\nmode = "step"\n'
+                   '[[experiment.agents]]\nname = "program"\nmode = "program"\n')
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    n = df["task_id"].str[-2:].astype(int)
+    assert len(df) == 16 and df["y_goal"].all() and (df["outcome"] == "completed").all()
+    step, prog = df["mode"] == "step", df["mode"] == "program"
+    assert step.sum() == prog.sum() == 8
+    assert (df.loc[step, "round_trips"] == n[step]).all() and (df.loc[step, "model_turns"] == n[step] + 1).all()
+    assert (df.loc[prog, "round_trips"] == 1).all() and (df.loc[prog, "model_turns"] == 2).all()
+
+
+def test_the_rtt_sweep_policy_switches_mode_and_the_report_shows_it(tmp_path) -> None:
+    """configs/toolpro_rtt_sweep.toml: with its declared profile (DEC 1.5 s, BUILD 12.6 s, N = 8) dT changes
+    sign at 300 ms, so the policy runs stepwise at 1-100 ms and a program at 1000-2000 ms, and is never slower
+    than the better fixed mode; the report carries the table and the figure."""
+    import pandas as pd
+
+    from aft_bench.analysis.toolpro import rtt_sweep
+    from aft_bench.cli.main import main
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "configs" / "toolpro_rtt_sweep.toml"), "--out", str(out)]) == 0
+    sweep = rtt_sweep(pd.read_parquet(out / "results.parquet"))
+    assert sweep is not None and list(sweep["rtt_ms"]) == [1, 10, 100, 1000, 2000]
+    assert list(sweep["policy_mode"]) == ["step"] * 3 + ["program"] * 2
+    assert (sweep["policy_gap_pct"] <= 0).all()
+    assert (sweep["step_s"] < sweep["program_s"]).tolist() == [True, True, True, False, False]
+    assert sweep["ToolPro step (reference)"].tolist() == [14.50, 14.57, 15.30, 22.48, 30.50]  # shown, not used
+    assert main(["analyze", str(out)]) == 0 and main(["report", str(out)]) == 0
+    md = (out / "report" / "report.md").read_text()
+    assert "## ToolPro RTT sweep" in md and (out / "report" / "fig6_rtt_sweep.png").stat().st_size > 0
+
+
+def test_programs_are_served_as_an_mcp_tool(tmp_path) -> None:
+    """A condition with programs on, served by `aft-bench serve`: `run_program` is an MCP tool whose calls go
+    through the pipeline like any other."""
+    import asyncio
+
+    from mcp import Client
+
+    from aft_bench.serving.record import ServedDirectory
+    from aft_bench.serving.server import Served, Target, build_server
+
+    from conftest import WORLDS
+
+    source = 'CALL("set_memo_visibility", {"memo_id": "m1", "visibility": "private"}, "WRITE")'
+
+    async def play():
+        with ServedDirectory(tmp_path / "out", WORLDS) as directory:
+            served = Served(Target("toolpro_sweep", "memos-w-08", "I0-program-replay"), WORLDS, directory)
+            async with Client(build_server(served)) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                result = await client.call_tool("run_program", {"source": source})
+                await client.call_tool("report_outcome", {"action": "finish", "claim": "failure"})
+        return names, result, served.row
+
+    names, result, row = asyncio.run(play())
+    assert "run_program" in names and not result.is_error, result
+    assert row["mode"] == "program" and row["program_attempts"] == 1 and row["y_goal"] is False  # 1 of 8 memos

@@ -1,18 +1,24 @@
-"""The `program` agent: writes the task's plan as one tool program (`run_program`) instead of stepwise calls.
+"""The `program` agent: the task's plan as one tool program (`run_program`), as stepwise calls, or chosen per
+episode by ToolPro's consolidation policy (ToolPro's ablation: ToolPro-prog, ToolPro-step, ToolPro).
 
-Each plan step becomes `CALL(tool, arguments, effect)` (READ for read-only steps, WRITE otherwise), with an
+In program mode each plan step becomes `CALL(tool, arguments, effect)` (READ for read-only steps, WRITE otherwise), with an
 idempotency key where the tool takes one. With `fail_after = k` its first program raises after the k-th
 write (the repair workload: a program that fails after a completed write); it then submits the repaired
-program, within its attempt budget. It claims success only when a program completed.
+program, within its attempt budget. It claims success only when a program completed. In step mode it makes
+the plan's calls one by one (with the same keys) and claims success when every call succeeded. In policy mode
+it predicts the saving of one program over N stepwise calls, dT = (N - 1)(RTT + DEC) - BUILD, from the profile
+it is given (`rtt_ms`, `decision_ms`, `build_ms`) and the N calls of its plan, and runs a program only when
+dT > 0. ToolPro keeps the profile as moving averages over recent runs with a stepwise cold start; here the
+profile is a parameter, so one work unit still fully determines one attempt.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.protocol import Action, Call, End, Usage
 from aft_bench.interface.tools import Observation, ToolSpec
@@ -21,8 +27,27 @@ from aft_bench.tasks.task import Brief, Script
 
 class Params(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    mode: Literal["program", "step", "policy"] = Field(default="program", description="always a program, always "
+                                                       "stepwise calls, or ToolPro's consolidation policy")
     fail_after: int = Field(default=0, ge=0, description="first program fails after this many writes (0: never)")
     max_attempts: int = Field(default=3, ge=1, le=10, description="programs submitted before it gives up")
+    rtt_ms: float | None = Field(default=None, ge=0, description="policy profile: client-server round trip")
+    decision_ms: float | None = Field(default=None, ge=0, description="policy profile: one agent decision")
+    build_ms: float | None = Field(default=None, ge=0, description="policy profile: building one program")
+
+    @model_validator(mode="after")
+    def _profile_with_policy(self) -> Params:
+        given = [x is not None for x in (self.rtt_ms, self.decision_ms, self.build_ms)]
+        if self.mode == "policy" and not all(given):
+            raise ValueError("mode = \"policy\" needs its profile: rtt_ms, decision_ms and build_ms")
+        if self.mode != "policy" and any(given):
+            raise ValueError("rtt_ms, decision_ms and build_ms are the policy's profile: give them with mode = \"policy\"")
+        return self
+
+
+def program_saves_ms(calls: int, rtt_ms: float, decision_ms: float, build_ms: float) -> float:
+    """ToolPro's dT of consolidating `calls` stepwise calls into one program (positive: the program is faster)."""
+    return (calls - 1) * (rtt_ms + decision_ms) - build_ms
 
 
 def _status(obs: Observation | None) -> tuple[str, str]:
@@ -44,6 +69,14 @@ class ProgramAgent:
     def __init__(self, params: Params, script: Script) -> None:
         self.params = params
         self.plan = script.plan
+        self.calls = [(i, step) for i, step in enumerate(script.plan) if step.call is not None]
+        self.mode = params.mode
+        if params.mode == "policy":
+            assert params.rtt_ms is not None and params.decision_ms is not None and params.build_ms is not None
+            saves = program_saves_ms(len(self.calls), params.rtt_ms, params.decision_ms, params.build_ms)
+            self.mode = "program" if saves > 0 else "step"
+        self.next_step = 0
+        self.failed_steps = 0
         self.attempts = 0
         self.brief: Brief | None = None
         self.schemas: dict[str, dict[str, Any]] = {}
@@ -65,12 +98,9 @@ class ProgramAgent:
         """The plan as a program (raising after `fail_after` writes when it is > 0)."""
         assert self.brief is not None
         lines, writes = [], 0
-        for i, step in enumerate(self.plan):
-            if step.call is None:
-                continue
-            args = dict(step.args)
-            if "idempotency_key" in self.schemas.get(step.call, {}).get("properties", {}):
-                args["idempotency_key"] = f"{self.brief.task_id}-{i}"
+        for i, step in self.calls:
+            assert step.call is not None
+            args = self._args(i, step.call, step.args)
             effect = "READ" if step.read else "WRITE"
             lines.append(f"r{i} = CALL({json.dumps(step.call)}, {args!r}, {json.dumps(effect)})")
             writes += effect == "WRITE"
@@ -79,7 +109,17 @@ class ProgramAgent:
         lines.append('"done"')
         return "\n".join(lines)
 
+    def _args(self, i: int, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A step's arguments, with an idempotency key (task id + step index) where the tool takes one."""
+        assert self.brief is not None
+        out = dict(args)
+        if "idempotency_key" in self.schemas.get(tool, {}).get("properties", {}):
+            out["idempotency_key"] = f"{self.brief.task_id}-{i}"
+        return out
+
     async def act(self, observation: Observation | None) -> Action:
+        if self.mode == "step":
+            return self._step(observation)
         if "run_program" not in self.schemas:
             return End("escalate", "unknown")  # this interface offers no programs
         status, _code = _status(observation)
@@ -90,3 +130,14 @@ class ProgramAgent:
         self.attempts += 1
         fail = self.params.fail_after if self.attempts == 1 else 0
         return Call("run_program", {"source": self.source(fail)})
+
+    def _step(self, observation: Observation | None) -> Action:
+        """The plan's next call, or the end: success only when every call succeeded."""
+        if observation is not None and _status(observation)[0] != "ok":
+            self.failed_steps += 1
+        if self.next_step >= len(self.calls):
+            return End("finish", "failure" if self.failed_steps else "success")
+        i, step = self.calls[self.next_step]
+        self.next_step += 1
+        assert step.call is not None
+        return Call(step.call, self._args(i, step.call, step.args))

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from aft_bench.analysis.table import read_analysis, read_results, read_table
+from aft_bench.analysis.toolpro import rtt_sweep
 from aft_bench.common.files import write_folder
 from aft_bench.common.paths import REFERENCE
 
@@ -158,6 +159,25 @@ def _figure_trials(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _figure_sweep(sweep: pd.DataFrame, path: Path) -> bool:
+    """Virtual latency against RTT for stepwise, program and policy, ToolPro's Table 3 dashed (reference)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for col, ref, label in (("step_s", "ToolPro step (reference)", "stepwise"),
+                            ("program_s", "ToolPro program (reference)", "program"),
+                            ("policy_s", "ToolPro policy (reference)", "policy")):
+        line = ax.plot(sweep["rtt_ms"], sweep[col], marker="o", label=f"{label} (this harness)")[0]
+        if sweep[ref].notna().any():
+            ax.plot(sweep["rtt_ms"], sweep[ref], linestyle="--", color=line.get_color(), alpha=0.6,
+                    label=f"{label} (ToolPro, reference)")
+    ax.set_xscale("log")
+    ax.set_xlabel("round-trip time (ms)")
+    ax.set_ylabel("seconds per episode")
+    ax.legend(fontsize=7)
+    _save(plt, fig, path, "Stepwise vs program vs policy against RTT")
+    return True
+
+
 def _figure4(per_model: list[dict[str, Any]], path: Path) -> bool:
     models = sorted({r["model"] for r in per_model})
     if len(models) < 2:
@@ -224,6 +244,18 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
                             "Sums over runs; – where the condition was not run on that workload." if t3 is not None
                             else "Not available: these results contain no SQLite-backend runs.",
                             shown, fig3.name if t3 is not None else None))
+    sweep = rtt_sweep(results)
+    fig6 = out_dir / "fig6_rtt_sweep.png"
+    sections.append(Section(
+        "ToolPro RTT sweep (virtual clock)",
+        "Mean seconds per episode on the virtual clock (decisions x DEC + round trips x RTT + programs x BUILD; "
+        "decisions, round trips and programs measured from the runs; DEC and BUILD are the policy's declared "
+        "profile) for always-stepwise, always-program and the consolidation policy told that RTT; the mode it "
+        "chose and its gap to the better fixed mode. ToolPro's Table 3 is shown for reference only: measured "
+        "end to end against real services, including service time this clock leaves out." if sweep is not None
+        else "Not available: these results hold no runs of the `program` agent's policy mode.",
+        sweep.map(_fmt) if sweep is not None else None,
+        fig6.name if sweep is not None and _figure_sweep(sweep, fig6) else None))
     pm = pd.DataFrame(data["per_model"])
     if len(pm):
         pm = pm[["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh", "interaction"]]

@@ -6,7 +6,15 @@ evaluated on the same runs."""
 
 from __future__ import annotations
 
+import json
+import tomllib
+
 import pandas as pd
+
+from aft_bench.agents.program import program_saves_ms
+from aft_bench.common.paths import REFERENCE
+
+__all__ = ["program_saves_ms", "rtt_sweep", "virtual_latency_s"]  # the rule lives with the policy that uses it
 
 
 def virtual_latency_s(rows: pd.DataFrame, rtt_ms: float, decision_ms: float, build_ms: float) -> pd.Series:
@@ -15,6 +23,45 @@ def virtual_latency_s(rows: pd.DataFrame, rtt_ms: float, decision_ms: float, bui
             + rows["program_attempts"] * build_ms) / 1000.0
 
 
-def program_saves_ms(calls: int, rtt_ms: float, decision_ms: float, build_ms: float) -> float:
-    """dT of consolidating `calls` stepwise calls into one program (positive: the program is faster)."""
-    return (calls - 1) * (rtt_ms + decision_ms) - build_ms
+
+
+TOOLPRO_VALUES = REFERENCE / "toolpro_values.toml"
+
+
+def rtt_sweep(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """ToolPro's RTT sweep from `program`-agent runs: at each RTT a policy run was told (with its DEC and BUILD),
+    the mean virtual latency of the stepwise runs, the program runs and that policy's runs, the mode the policy
+    chose, its gap to the better fixed mode, and ToolPro's Table 3 beside them (reference). None without
+    policy runs."""
+    runs = rows[rows["agent"] == "program"]
+    if runs.empty:
+        return None
+    spec = runs["agent_spec"].map(json.loads)
+    mode = spec.map(lambda s: s.get("mode", "program"))
+    policies = runs[mode == "policy"]
+    if policies.empty:
+        return None
+    ref = _reference()
+    out = []
+    for profile, group in policies.groupby(policies["agent_spec"].map(
+            lambda t: tuple(json.loads(t)[k] for k in ("rtt_ms", "decision_ms", "build_ms")))):
+        rtt, dec, build = profile
+        step = virtual_latency_s(runs[mode == "step"], rtt, dec, build).mean()
+        prog = virtual_latency_s(runs[mode == "program"], rtt, dec, build).mean()
+        pol = virtual_latency_s(group, rtt, dec, build).mean()
+        best = min(step, prog)
+        chose = "/".join(sorted(set(group["mode"])))
+        r = ref.get(float(rtt), {})
+        out.append({"rtt_ms": rtt, "decision_ms": dec, "build_ms": build, "step_s": step, "program_s": prog,
+                    "policy_s": pol, "policy_mode": chose, "policy_gap_pct": 100 * (pol - best) / best,
+                    "ToolPro step (reference)": r.get("step_s"), "ToolPro program (reference)": r.get("program_s"),
+                    "ToolPro policy (reference)": r.get("policy_s")})
+    return pd.DataFrame(out).sort_values(["decision_ms", "build_ms", "rtt_ms"]).reset_index(drop=True)
+
+
+def _reference() -> dict[float, dict[str, float]]:
+    """ToolPro's Table 3 by RTT (reference only)."""
+    if not TOOLPRO_VALUES.exists():
+        return {}
+    t = tomllib.loads(TOOLPRO_VALUES.read_text())["rtt_sweep"]
+    return {float(rtt): {k: t[k][i] for k in ("step_s", "program_s", "policy_s")} for i, rtt in enumerate(t["rtt_ms"])}
