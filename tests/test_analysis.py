@@ -47,7 +47,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
     assert list(primary["comparison"]) == PRIMARY_ORDER
     assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification",
                                                                        "discovery_correctness", "discovery_wrong_tool",
-                                                                       "replay_duplicates"]
+                                                                       "replay_duplicates", "router_safety",
+                                                                       "router_context", "router_recall"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 
@@ -118,6 +119,18 @@ def test_empty_comparison_is_missing_not_zero(smoke_dir: Path, tmp_path: Path) -
     assert durable["pairs"] == 0 and durable["utility_diff"] is None and durable["p_adjusted"] is None
     others = [r for r in row if r["comparison"] != "durable_recovery"]
     assert all(r["p_adjusted"] is not None for r in others)
+
+
+def test_an_arm_never_run_leaves_its_comparison_without_pairs(smoke_dir: Path, tmp_path: Path) -> None:
+    """A config that runs I5 on a workload without I5-resume (another experiment's arm) analyses: the comparison
+    is not run (no pairs), while a partly missing arm stays an error (the test above)."""
+    d = _copy(smoke_dir, tmp_path / "r")
+    df = pd.read_parquet(d / "results.parquet")
+    df[~((df.workload == "interruption") & (df.condition == "I5-resume"))].to_parquet(d / "results.parquet")
+    assert main(["analyze", str(d)]) == 0
+    row = next(r for r in json.loads((d / "analysis" / "primary.json").read_text())
+               if r["comparison"] == "resume_recovery")
+    assert row["pairs"] == 0 and row["p_adjusted"] is None
 
 
 def test_zero_event_endpoints_carry_a_clopper_pearson_bound(smoke_dir: Path) -> None:

@@ -52,7 +52,8 @@ def test_no_condition_adds_business_capability(worlds, condition: str) -> None:
     assert set(iface.business) == set(iface.pipeline.backend.world.operations)
     names = {t.name for t in iface.surface()}
     lifecycle = {"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
-                 "search_tools", "describe_tool", "run_program"}  # a program calls only the business tools
+                 "search_tools", "describe_tool", "run_program",  # a program calls only the business tools
+                 "resolve_tools", "call_tool", "list_profiles"}  # the router calls only them, inside a session
     assert names - lifecycle <= set(iface.business)
 
 
@@ -64,7 +65,8 @@ def test_lifecycle_tools_exist_exactly_where_their_mechanism_is_on(worlds) -> No
         iface, _ = _iface(worlds, "payments/charge-o1", name)
         for m, tool in expect.items():
             assert (tool in iface.lifecycle) == getattr(mech, m), (name, tool)
-        assert ("search_tools" in iface.lifecycle) == (mech.discovery == "selective")
+        assert ("search_tools" in iface.lifecycle) == (mech.discovery in ("selective", "routed"))
+        assert ("resolve_tools" in iface.lifecycle) == (mech.discovery == "routed")
 
 
 def test_removed_mechanism_has_no_hidden_path(worlds) -> None:

@@ -49,14 +49,20 @@ def test_whole_ladder_on_every_workload(paper) -> None:
 
 
 def test_every_comparison_has_enough_pairs_over_sixteen_clusters(paper) -> None:
-    _, df = paper
-    run = set(df["workload"])
+    out, df = paper
+    named = _paper_comparisons(out)
     for comp in load_comparisons():
-        if comp.workload == "program_repair":  # needs the program agent: configs/toolpro_repair.toml runs it
-            assert comp.workload not in run
+        arms = set(df.loc[df["workload"] == comp.workload, "condition"]) & {comp.treatment, comp.control}
+        if len(arms) < 2:  # another experiment's (toolpro_repair.toml, router.toml), never the paper's own
+            assert comp.id not in named, comp.id
             continue
         pairs = match_pairs(df, comp)
         assert len(pairs) >= 72 and pairs["task_id"].nunique() == 16, comp.id
+
+
+def _paper_comparisons(out: Path) -> set[str]:
+    """The comparisons the paper config names (its manifest records them)."""
+    return {c["id"] for c in json.loads((out / "manifest.json").read_text())["comparisons"]}
 
 
 def _head(out: Path, run_id: str) -> dict:
@@ -67,6 +73,8 @@ def test_within_every_pair_only_the_interface_differs(paper) -> None:
     out, df = paper
     by_id = df.set_index("run_id")
     for comp in load_comparisons():
+        if not {comp.treatment, comp.control} <= set(df.loc[df["workload"] == comp.workload, "condition"]):
+            continue  # another experiment's comparison
         pairs = match_pairs(df, comp)
         for _, p in pairs.iloc[:: max(1, len(pairs) // 12)].iterrows():
             t, c = by_id.loc[p["run_id_treatment"]], by_id.loc[p["run_id_control"]]
@@ -203,7 +211,8 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
     assert [c["id"] for c in data] == ["discovery_context", "discovery_recall", "resume_recovery",
                                        "durable_recovery", "duplicate_effects", "unsafe_commits",
                                        "terminal_verification", "partial_verification", "discovery_correctness",
-                                       "discovery_wrong_tool", "replay_duplicates"]
+                                       "discovery_wrong_tool", "replay_duplicates", "router_safety",
+                                       "router_context", "router_recall"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0
     assert "I5-guards" in capsys.readouterr().out

@@ -52,19 +52,24 @@ class DeterministicAgent:
         self.plan = script.plan
         self._brief: Brief | None = None
         self._state: State | None = None
+        self._shown: set[str] = set()
 
     async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
         self._brief = brief
+        self._shown = {t.name for t in surface}
         self._state = init(brief.task_id, self.plan, surface, max_attempts=self.params.max_attempts)
 
     async def restart(self, surface: Sequence[ToolSpec]) -> None:
         assert self._brief is not None
+        self._shown = {t.name for t in surface}
         self._state = init(self._brief.task_id, self.plan, surface, recovering=True,
                            max_attempts=self.params.max_attempts)
 
     async def act(self, observation: Observation | None) -> Action:
         assert self._state is not None
         self._state, action = decide(self._state, observation)
+        if isinstance(action, Call) and "call_tool" in self._shown and action.tool not in self._shown:
+            return Call("call_tool", {"name": action.tool, "arguments": action.args})  # routed: through the router
         return action
 
     def usage(self) -> Usage:
@@ -172,6 +177,8 @@ def _locate(s: State) -> tuple[State, Action]:
     step = s.plan[s.step]
     s = replace(s, attempt=0, corrected=False, baseline=None, op=step.call)
     if step.call is None:  # find the capability first
+        if _has(s, "resolve_tools"):  # routed: the router's session for this need; its first tool
+            return replace(s, phase="searched"), Call("resolve_tools", {"task": step.find, "k": 1})
         if _has(s, "search_tools"):
             return replace(s, phase="searched"), Call("search_tools", {"query": step.find})
         business = tuple(n for n in s.schemas if n in s.business)

@@ -155,8 +155,9 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
     all_pairs = []
     primary, secondary, per_model, lomo = [], [], [], []
     for comp in comps:
-        present = df[(df["workload"] == comp.workload) & df["condition"].isin([comp.treatment, comp.control])]
-        pairs = match_pairs(df, comp) if len(present) else _empty_pairs()
+        arms = set(df.loc[df["workload"] == comp.workload, "condition"]) & {comp.treatment, comp.control}
+        # a comparison whose arm was never run has no pairs (reported as not run); a partial arm is an error
+        pairs = match_pairs(df, comp) if len(arms) == 2 else _empty_pairs()
         all_pairs.append(pairs)
         row = {"comparison": comp.id, **estimate(pairs, comp, opts), "test": comp.test, "margin": comp.margin,
                "endpoint": comp.endpoint, "direction": comp.direction, **_events(df, comp)}

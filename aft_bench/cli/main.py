@@ -409,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--required", nargs="*", default=[])
     g.add_argument("--json", action="store_true", help="full schemas instead of compact cards")
     g.set_defaults(func=cmd_catalog)
+    from aft_bench.cli.routing import add_parsers
+
+    add_parsers(sub, g)
     sv = sub.add_parser("serve", help="serve one faulted episode over MCP to an external agent; record it in --out")
     sv.add_argument("--workload", required=True)
     sv.add_argument("--task", required=True)

@@ -1,6 +1,7 @@
 """`aft-bench validate PATH...`: check any data file, recognised by its content (its top-level tables), not by
 its name: world folders and manifests, task files, workloads, fault schedules, calibration cases, experiment
-configs, CI expectations, the comparison and condition tables and the catalog vocabulary."""
+configs, CI expectations, the comparison and condition tables, the catalog vocabulary, and the router's data
+(routing suites and their templates, profiles, the reranker's lexicon)."""
 
 from __future__ import annotations
 
@@ -89,11 +90,37 @@ def _vocab(p: Path, data: dict[str, Any], worlds: Path) -> str:
     return f"sizes {list(load_vocab(p).sizes)}"
 
 
+def _suite(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.routing.suites import load_suite
+
+    s = load_suite(str(p))
+    return f"'{s.suite.id}', {len(s.cases)} cases over {s.suite.catalog_size} tools"
+
+
+def _templates(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.routing.suites import SHAPES, generate
+
+    return ", ".join(f"{name} {len(generate(name, p).cases)} cases" for name in SHAPES)
+
+
+def _profiles(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.interface.router import load_profiles
+
+    return f"{len(load_profiles(p))} router profiles"
+
+
+def _lexicon(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.interface.ranking import load_lexicon
+
+    return f"{len(load_lexicon(p).verbs)} actions"
+
+
 # The first top-level table that identifies a kind wins; order matters where kinds share a table name.
 KINDS: dict[str, tuple[str, Callable[[Path, dict[str, Any], Path], str]]] = {
     "world": ("world manifest", _world),
     "workload": ("workload", _workload),
     "experiment": ("experiment config", _config),
+    "suite": ("routing suite", _suite),
     "cases": ("calibration cases", _cases),
     "bounds": ("CI expectations", _expect),
     "comparisons": ("comparisons", _comparisons),
@@ -101,6 +128,9 @@ KINDS: dict[str, tuple[str, Callable[[Path, dict[str, Any], Path], str]]] = {
     "actions": ("catalog vocabulary", _vocab),
     "faults": ("fault schedule", _schedule),
     "tasks": ("task file", _tasks),
+    "l3": ("routing templates", _templates),
+    "profiles": ("router profiles", _profiles),
+    "negation": ("reranker lexicon", _lexicon),
 }
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from aft_bench.common.cache import BoundedCache
 from aft_bench.common.canonical import canonical_json
 from aft_bench.interface.mechanisms import Mechanisms
-from aft_bench.interface.ranking import rank
+from aft_bench.interface.ranking import Candidate, rank
+from aft_bench.interface.router import SESSION_MAX, Router, load_profiles, meta_tools
 from aft_bench.interface.tokens import count_tokens
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.runtime.pipeline import Delivery, Pipeline, Request
@@ -56,6 +57,7 @@ class Interface:
     lifecycle: dict[str, ToolSpec] = field(init=False)
     materialized: set[str] = field(init=False, default_factory=set)
     _programs: Any = field(init=False, default=None)  # the episode's ProgramRunner, made on first submission
+    _routing: Router | None = field(init=False, default=None)  # the episode's router (routed discovery)
     shown_bytes: int = field(init=False, default=0)  # bytes of the schemas the last surface() showed
 
     def __post_init__(self) -> None:
@@ -111,6 +113,8 @@ class Interface:
                                   "declares; returns its last expression's value, or diagnostics.",
                                   _obj({"source": {"type": "string", "description": "The program."}}, ["source"]),
                                   "lifecycle"))
+        if m.discovery == "routed":
+            tools += meta_tools(self.search_k)
         if m.discovery == "selective":
             tools.append(ToolSpec("search_tools", f"Search the tool catalog; returns the top {self.search_k} "
                                   "capability cards.", _obj({"query": {"type": "string", "description": "What you "
@@ -144,6 +148,8 @@ class Interface:
         if name in self.business and name in self.materialized:
             return self._business_call(name, dict(args))
         hint = " (load it with describe_tool first)" if name in self.business else ""
+        if name in self.business and self.mechanisms.discovery == "routed":
+            hint = " (resolve a session with resolve_tools, then use call_tool)"
         self.pipeline.trace.append("tool_error", tool=name, reason="unknown_tool")
         return self._error("unknown_tool", f"no tool named {name}{hint}")
 
@@ -185,7 +191,49 @@ class Interface:
         call_args.pop(VERSION_PARAM, None)
         return self._render(self.pipeline.verify(str(args.get("tool")), call_args, key))
 
+    # -- the router (discovery = "routed") ------------------------------------------------------------------
+    def _router(self) -> Router:
+        if self._routing is None:
+            world = self.pipeline.backend.world
+            cands = [Candidate.of(n, t.card(), not world.operations[n].is_write) for n, t in self.business.items()]
+            self._routing = Router(cands, {n: world.operations[n].effect for n in self.business})
+        return self._routing
+
+    def _cards(self, names: list[str], query: str) -> Observation:
+        shown = [{"name": n, "card": self.business[n].card()} for n in names]
+        self.pipeline.trace.append("discovered", query=query, tools=names, tokens=count_tokens(canonical_json(shown)))
+        return self._ok({"tools": shown})
+
+    def _refuse(self, tool: str, via: str, why: str) -> Observation:
+        """A describe or call the router does not allow: traced, never reaches the pipeline."""
+        self.pipeline.trace.append("router_rejected", tool=tool, via=via, reason=why)
+        return self._error("outside_session", f"{tool} is {why}")
+
+    def _t_resolve_tools(self, args: dict[str, Any]) -> Observation:
+        k = args.get("k", SESSION_MAX)
+        session = self._router().resolve(str(args.get("task", "")), k if isinstance(k, int) else SESSION_MAX)
+        self.pipeline.trace.append("session", tools=session)
+        return self._cards(session, str(args.get("task", "")))
+
+    def _t_call_tool(self, args: dict[str, Any]) -> Observation:
+        name, arguments = str(args.get("name")), args.get("arguments")
+        why = self._router().gate(name)
+        if why is not None:
+            return self._refuse(name, "call_tool", why)
+        if not isinstance(arguments, dict):
+            return self._error("invalid_arguments", "arguments must be an object")
+        self.pipeline.trace.append("tool_call", tool=name, args=arguments, via="call_tool")
+        return self._business_call(name, dict(arguments))
+
+    def _t_list_profiles(self, args: dict[str, Any]) -> Observation:
+        router = self._router()
+        return self._ok({"in_force": router.profile_name,
+                         "profiles": {n: p.description for n, p in load_profiles().items()}})
+
     def _t_search_tools(self, args: dict[str, Any]) -> Observation:
+        if self.mechanisms.discovery == "routed":
+            query = str(args.get("query", ""))
+            return self._cards([c.name for c in self._router().search(query, self.search_k)], query)
         names, cards = _CARDS.get(self._key, lambda: (tuple(self.business),
                                                       tuple(t.card() for t in self.business.values())))
         top = rank(str(args.get("query", "")), names, cards, self.search_k)
@@ -196,6 +244,10 @@ class Interface:
 
     def _t_describe_tool(self, args: dict[str, Any]) -> Observation:
         name = str(args.get("name"))
+        if name in self.business and self.mechanisms.discovery == "routed":
+            why = self._router().gate(name)
+            if why is not None:
+                return self._refuse(name, "describe_tool", why)
         if name not in self.business:
             self.pipeline.trace.append("tool_error", tool="describe_tool", reason="unknown_tool", name=name)
             return self._error("unknown_tool", f"no tool named {name}")

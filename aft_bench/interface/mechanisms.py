@@ -19,7 +19,7 @@ CONDITIONS_PATH = CONFIGS / "conditions.toml"
 
 class MechanismModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    discovery: Literal["eager", "selective"]
+    discovery: Literal["eager", "selective", "routed"]
     structured: bool
     observability: bool
     resume: bool

@@ -1,13 +1,27 @@
-"""BM25 ranking of tool texts for discovery (rank_bm25's Okapi BM25), with an index cached per corpus."""
+"""Ranking tool texts for discovery and routing: BM25 (rank_bm25's Okapi BM25, an index cached per corpus) and
+a reranker over BM25 for what lexical retrieval breaks (negation, read/write intent, confusable families).
+
+Rankers are a registry by name; each scores a request against tools described as `Candidate`s. The reranker's
+lexicon is data (`worlds/catalog/lexicon.toml`).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
 from rank_bm25 import BM25Okapi
 
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.paths import WORLDS
+
+LEXICON_PATH = WORLDS / "catalog" / "lexicon.toml"
 _WORD = re.compile(r"[a-z0-9]+")
+LOCATION = {"in", "to", "on", "into", "onto", "at", "inside"}  # "post in the channel": the channel is a place
 
 
 def tokenize(text: str) -> list[str]:
@@ -25,3 +39,151 @@ def rank(query: str, names: tuple[str, ...], docs: tuple[str, ...], k: int | Non
     scores = _index(docs).get_scores(tokenize(query))
     order = sorted(range(len(names)), key=lambda i: (-scores[i], i))
     return [names[i] for i in (order if k is None else order[:k])]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A tool as a ranker sees it: name, compact card, action and resource words, and whether it only reads."""
+
+    name: str
+    card: str
+    action: str
+    resource: str
+    read: bool
+
+    @staticmethod
+    def of(name: str, card: str, read: bool, action: str | None = None, resource: str | None = None) -> Candidate:
+        """`action`/`resource` default to the name's first word and the rest (`charge_payment`)."""
+        head, _, rest = name.partition("_")
+        return Candidate(name, card, action or head, resource or rest or head, read)
+
+
+class Lexicon(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    negation: tuple[str, ...] = Field(min_length=1)
+    text_only: tuple[str, ...] = ()
+    read_cues: tuple[str, ...] = ()
+    write_cues: tuple[str, ...] = ()
+    verbs: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    resources: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
+@lru_cache(maxsize=4)
+def load_lexicon(path: Path = LEXICON_PATH) -> Lexicon:
+    return validate(Lexicon, read_toml(path), path)
+
+
+def _has(words: Sequence[str], phrase: str) -> list[int]:
+    """Start positions of `phrase` (one or more words) in `words`."""
+    p = tokenize(phrase)
+    return [i for i in range(len(words) - len(p) + 1) if list(words[i:i + len(p)]) == p] if p else []
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a request says, as the reranker reads it: the words before any negation, the negated words, the
+    actions and resources it names there, and whether it only looks."""
+
+    positive: tuple[str, ...]
+    negated: frozenset[str]
+    actions: frozenset[str]
+    resources: dict[str, float]  # resource -> evidence: 2.5 named by a cue word ("notify"), 2.0 by its noun
+    read_only: bool
+
+
+def read_request(text: str, resources: Sequence[str], lex: Lexicon) -> Reading:
+    words = tokenize(text.replace("-", " "))
+    cut = len(words)
+    for cue in lex.negation:
+        hits = _has(words, cue)
+        if hits:
+            cut = min(cut, hits[0])
+    positive, negated = words[:cut], set(words[cut:])
+    for phrase in lex.text_only:
+        if _has(words, phrase):
+            negated |= {"file", "upload", "attachment", "attach"}
+    actions: set[str] = set()
+    taken: set[int] = set()  # longest phrases first: "set up" is create, not update's "set"
+    for action, phrase in sorted(((a, s) for a, syns in lex.verbs.items() for s in (a, *syns)),
+                                 key=lambda x: -len(tokenize(x[1]))):
+        for i in _has(positive, phrase):
+            span = set(range(i, i + len(tokenize(phrase))))
+            if not span & taken:
+                actions.add(action)
+                taken |= span
+    nouns = {r: {r.replace("_", " "), r.replace("_", " ") + "s"} for r in resources}
+    starts = {i for forms in nouns.values() for f in forms for i in _has(positive, f)}
+    named: dict[str, float] = {}
+    for r in resources:
+        for form, weight in [(f, 2.0) for f in nouns[r]] + [(f, 2.5) for f in lex.resources.get(r, ())]:
+            for i in _has(positive, form):
+                end = i + len(tokenize(form))
+                placed = any(positive[j] in LOCATION for j in range(max(0, i - 2), i))  # "in the channel"
+                modifier = weight == 2.0 and end in starts  # "the team channel": team modifies channel
+                imperative = weight == 2.0 and i == 0  # "Report the crash": a verb, not the object
+                if not placed and not modifier and not imperative:
+                    named[r] = max(named.get(r, 0.0), weight)
+    reads = any(_has(positive, c) for c in lex.read_cues)
+    writes = any(_has(positive, c) for c in lex.write_cues) or bool(actions - {"get", "list", "search"})
+    return Reading(tuple(positive), frozenset(negated), frozenset(actions), named, reads and not writes)
+
+
+def _bm25_scores(query: str, cands: Sequence[Candidate]) -> list[float]:
+    return list(_index(tuple(c.card for c in cands)).get_scores(tokenize(query)))
+
+
+def bm25(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """Okapi BM25 of each candidate's card against the request."""
+    return _bm25_scores(query, cands)
+
+
+def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """BM25 (min-max scaled to 0..1) plus what the request names: its resource (+2, +2.5 when a cue word names it;
+    other resources -1.5 when it names one), its action (+1), anything it negates (-3), and a write when it only
+    looks (-1.5)."""
+    lex = load_lexicon()
+    reading = read_request(query, sorted({c.resource for c in cands}), lex)
+    base = _bm25_scores(" ".join(reading.positive) or query, cands)
+    low, high = min(base, default=0.0), max(base, default=0.0)
+    span = high - low or 1.0  # min-max scaled: a tiny corpus gives BM25 negative IDFs
+    out = []
+    for c, b in zip(cands, base):
+        s = (b - low) / span
+        if reading.resources:
+            s += reading.resources.get(c.resource, -1.5)
+        if c.action in reading.actions or (c.action not in lex.verbs and c.action in reading.positive):
+            s += 1.0  # a catalog action through the lexicon; any other tool's verb ("charge") as written
+        if c.action in reading.negated or set(tokenize(c.resource)) & reading.negated:
+            s -= 3.0
+        if reading.read_only and not c.read:
+            s -= 1.5
+        out.append(s)
+    return out
+
+
+RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {"bm25": bm25, "rerank": rerank}
+CLAUSE = re.compile(r"\s*(?:;|\.(?:\s|$)|,?\s+and then\s+|,?\s+then\s+|,\s+and\s+|\s+and also\s+)\s*", re.I)
+
+
+def clauses(request: str) -> list[str]:
+    """A request split into the separate things it asks for ("... and then ...", "...; ..."); a part that only
+    says what not to do ("do not delete it") asks for no tool."""
+    negation = load_lexicon().negation
+    parts = [p.strip() for p in CLAUSE.split(request)]
+    return [p for p in parts if tokenize(p) and not any(_has(tokenize(p)[:2], cue) for cue in negation)]
+
+
+def top_tools(request: str, cands: Sequence[Candidate], ranker: str, k: int) -> list[str]:
+    """The best tool for each clause of `request` (at most `k`), in order, no repeats; ties keep catalog order."""
+    score = RANKERS[ranker]
+    chosen: list[str] = []
+    for clause in clauses(request) or [request]:
+        scores = score(clause, cands)
+        order = sorted(range(len(cands)), key=lambda i: (-scores[i], i))
+        for i in order:
+            if scores[i] > 0 and cands[i].name not in chosen:
+                chosen.append(cands[i].name)
+                break
+        if len(chosen) >= k:
+            break
+    return chosen

@@ -1,0 +1,126 @@
+"""Imported catalogs (Tool Forge governance): `aft-bench catalog import-mcp` lists a real MCP server's tools with
+the official SDK client and writes them as catalog cards in pending review (annotations kept only as untrusted
+hints; effect class unknown); `catalog review` approves (with an effect class), blocks or pins tools;
+`catalog resolve` resolves a session in such a catalog under a profile, so only reviewed tools are resolvable.
+A catalog file is JSON, rewritten atomically."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aft_bench.common.datafile import validate
+from aft_bench.common.errors import InputError
+from aft_bench.common.files import read_json
+from aft_bench.interface.ranking import Candidate
+from aft_bench.interface.router import Router
+
+Effect = Literal["unknown", "read", "reversible", "compensatable", "irreversible"]
+State = Literal["pending", "approved", "blocked", "pinned"]
+
+
+class Card(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    hints: dict[str, Any] = Field(default_factory=dict)  # the server's annotations: untrusted
+    effect: Effect = "unknown"
+    state: State = "pending"
+
+    def card(self) -> str:
+        return f"{self.name}: {self.description.split('.')[0]}." if self.description else self.name
+
+
+class CatalogFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: dict[str, str] = Field(default_factory=dict)
+    tools: tuple[Card, ...] = ()
+
+
+def load_catalog(path: Path) -> CatalogFile:
+    cat = validate(CatalogFile, read_json(path, "catalog file"), path)
+    seen: set[str] = set()
+    for i, t in enumerate(cat.tools):
+        if t.name in seen:
+            raise InputError(path, f"tools.{i}.name", t.name, "duplicate tool name")
+        seen.add(t.name)
+    return cat
+
+
+def save_catalog(cat: CatalogFile, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(cat.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def import_mcp(cmd: str | None = None, url: str | None = None) -> CatalogFile:
+    """A real MCP server's tools (started by `cmd` over stdio, or at `url` over HTTP) as pending cards."""
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    if (cmd is None) == (url is None):
+        raise InputError("--cmd/--url", "--cmd", cmd, "give exactly one of --cmd and --url")
+    argv = shlex.split(cmd) if cmd is not None else []
+    if cmd is not None and not argv:
+        raise InputError("--cmd", "--cmd", cmd, "empty command")
+
+    async def listing(errlog: Any) -> tuple[str, list[Any]]:
+        target: Any = url if cmd is None else stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]),
+                                                           errlog=errlog)
+        async with Client(target) as client:
+            info = getattr(client, "server_info", None) or getattr(getattr(client, "initialize_result", None),
+                                                                   "server_info", None)
+            server = f"{info.name}/{info.version}" if info is not None else "unknown"
+            return server, list((await client.list_tools()).tools)
+
+    with tempfile.TemporaryFile("w+") as errlog:  # the server's own stderr, quoted only if it fails
+        try:
+            server, tools = asyncio.run(listing(errlog))
+        except Exception as exc:  # noqa: BLE001 - whatever the server or transport did: one line naming it
+            errlog.seek(0)
+            said = " ".join(errlog.read().split()[-40:])
+            flag, value = ("--cmd", cmd) if cmd is not None else ("--url", url)
+            raise InputError(flag, flag, value, f"the MCP server could not be listed ({type(exc).__name__}"
+                             f"{': ' + said if said else ''})") from None
+    cards = []
+    for t in tools:
+        hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else {}
+        cards.append(Card(name=t.name, description=t.description or "", input_schema=dict(t.input_schema or {}),
+                          hints=hints))
+    source = {"server": server, **({"cmd": cmd} if cmd else {"url": url or ""})}
+    return CatalogFile(source=source, tools=tuple(cards))
+
+
+def review(cat: CatalogFile, path: Path, approve: list[str], block: list[str], pin: list[str],
+           effect: str | None) -> CatalogFile:
+    """New lifecycle states (and, for approved or pinned tools, the reviewed effect class)."""
+    names = {t.name for t in cat.tools}
+    for flag, chosen in (("--approve", approve), ("--block", block), ("--pin", pin)):
+        for n in chosen:
+            if n not in names:
+                raise InputError(path, flag, n, f"no such tool in the catalog; known: {', '.join(sorted(names))}")
+    if effect is not None and effect not in Effect.__args__:  # type: ignore[attr-defined]
+        raise InputError("--effect", "--effect", effect, f"not one of {', '.join(Effect.__args__)}")  # type: ignore[attr-defined]
+    if (approve or pin) and effect in (None, "unknown") and any(
+            t.effect == "unknown" for t in cat.tools if t.name in {*approve, *pin}):
+        raise InputError("--effect", "--effect", effect, "approving or pinning a tool needs its reviewed effect class")
+    out = []
+    for t in cat.tools:
+        state = "approved" if t.name in approve else "blocked" if t.name in block else "pinned" if t.name in pin else t.state
+        new_effect = effect if effect is not None and t.name in {*approve, *pin} else t.effect
+        out.append(t.model_copy(update={"state": state, "effect": new_effect}))
+    return cat.model_copy(update={"tools": tuple(out)})
+
+
+def router_for(cat: CatalogFile, profile: str) -> Router:
+    """A router over an imported catalog: only tools the profile permits (by state and effect) resolve."""
+    cands = [Candidate.of(t.name, t.card(), t.effect == "read") for t in cat.tools]
+    return Router(cands, {t.name: t.effect for t in cat.tools}, profile, {t.name: t.state for t in cat.tools})
