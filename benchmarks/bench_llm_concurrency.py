@@ -5,11 +5,12 @@ HTTP path, and the wall time of the run is compared with the ideal bound
     ideal = model calls (episodes x turns) x latency / concurrency
 
 The run is timed in this process after litellm and the tokenizer are loaded (a one-off ~4 s import that is
-not concurrency): the wall is admission, every episode, the journal and results.parquet. `--price` declares a
+not concurrency; with `--loops N` also the process server that preloads them for the loop processes): the
+wall is admission, starting the loops, every episode, the journal and results.parquet. `--price` declares a
 price (0 USD) for the offline model, so litellm computes its cost from that instead of searching its price map
 for a model it does not know on every call.
 
-    .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price]
+    .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price] [--loops 2]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from aft_bench.experiment import executors
 from aft_bench.experiment.config import load_matrix
 from aft_bench.experiment.runner import run_matrix
 from aft_bench.interface import tokens
@@ -38,6 +40,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--price", action="store_true", help="declare the offline model's price (0 USD)")
+    ap.add_argument("--loops", type=int, default=1, help="event loops (processes) sharing the concurrency")
     args = ap.parse_args()
     server = subprocess.Popen([str(EXE), "fake-llm", "--latency", str(args.latency)], stdout=subprocess.PIPE,
                               text=True, cwd=ROOT)
@@ -63,9 +66,13 @@ concurrency = {args.concurrency}
             out = Path(tmp) / "out"
             os.environ["AFT_BENCH_FAKE_KEY"] = "offline"
             tokens.warm()
+            if args.loops > 1:  # the process server and its preload (litellm, tokenizer) start once, untimed
+                warm = executors.context().Process(target=os.getpid)
+                warm.start()
+                warm.join()
             matrix = load_matrix(cfg, ROOT / "worlds")
             t0 = time.perf_counter()
-            run_matrix(matrix, out)
+            run_matrix(matrix, out, loops=args.loops)
             wall = time.perf_counter() - t0
             df = pd.read_parquet(out / "results.parquet")
         calls = int(df["model_calls"].sum())
@@ -74,7 +81,8 @@ concurrency = {args.concurrency}
         server.terminate()
     ideal = calls * args.latency / args.concurrency
     print(f"{len(df)} episodes{' (declared price 0 USD)' if args.price else ''}, {calls} model calls "
-          f"({calls / len(df):.2f} per episode), latency {args.latency} s, concurrency {args.concurrency}, "
+          f"({calls / len(df):.2f} per episode), latency {args.latency} s, concurrency {args.concurrency} on "
+          f"{args.loops} loop(s), "
           f"provider retries {int(df['retries'].sum())}")
     print(f"harness: wall {wall:.2f} s, ideal {ideal:.2f} s: ratio {wall / ideal:.3f} (target <= 1.25)")
     print(f"litellm alone, the same {calls} calls from {args.concurrency} callers on one loop, no harness: "

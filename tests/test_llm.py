@@ -75,6 +75,7 @@ def test_the_offline_capability_model_reproduces_the_deterministic_labels_on_smo
     rows = pd.read_parquet(out / "results.parquet")
     assert (rows["model_calls"] == rows["model_turns"]).all() and (rows["prompt_tokens"] > 0).all()
     assert rows["cost_usd"].isna().all()  # litellm has no price for the offline model: unknown, not 0
+    assert (rows["model_bytes"] > 0).all() and (rows["traffic_bytes"] > rows["model_bytes"]).all()
     assert main(["audit", str(out)]) == 0
     trace = (out / "traces" / f"{rows['run_id'].iloc[0]}.jsonl").read_text().splitlines()
     calls = [json.loads(ln)["data"] for ln in trace if '"kind":"model_call"' in ln]
@@ -121,6 +122,32 @@ def test_harness_retries_absorb_transient_failures_and_are_counted(server, tmp_p
     assert main(["run", str(cfg), "--out", str(out)]) == 0
     rows = pd.read_parquet(out / "results.parquet")
     assert rows["retries"].sum() > 0 and not (out / "failures.jsonl").exists()
+
+
+def test_two_event_loops_give_the_same_rows_as_one_and_obey_the_ceiling(server, tasks: dict, tmp_path: Path,
+                                                                        capsys) -> None:
+    """`--loops 2`: the cells in two loop processes, the runner still the single writer: the same labels tuple
+    for tuple as one loop; under a spend ceiling both loops stop starting cells and the rerun completes."""
+    base = server()
+    cfg = _config(tmp_path, f'model = "openai/fake-capability"\napi_base = "{base}"\nconcurrency = 4\n')
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["run", str(cfg), "--out", str(one)]) == 0
+    assert main(["run", str(cfg), "--out", str(two), "--loops", "2"]) == 0
+    assert _labels(two).equals(_labels(one))
+    journal = [json.loads(ln)["row"]["run_id"] for ln in (two / "journal.jsonl").read_text().splitlines()]
+    assert len(journal) == len(set(journal)) == len(pd.read_parquet(one / "results.parquet"))
+    srv = serve(FakeModel(tasks, policy="capability"))  # answers as any model: a priced one here
+    priced = _config(tmp_path, f'model = "openai/gpt-4o-mini"\napi_base = "http://127.0.0.1:{srv.server_port}/v1"\n'
+                     'concurrency = 1\n')
+    capped = tmp_path / "capped"
+    assert main(["run", str(priced), "--out", str(capped), "--loops", "2", "--max-cost", "0.000001"]) == 3
+    first = len(pd.read_parquet(capped / "results.parquet"))
+    assert 1 <= first < len(journal)  # each loop finishes what it started (at most one each), then stops
+    assert main(["run", str(priced), "--out", str(capped), "--loops", "2"]) == 0
+    assert len(pd.read_parquet(capped / "results.parquet")) == len(journal)
+    srv.shutdown()
+    assert main(["run", str(cfg), "--out", str(tmp_path / "x"), "--loops", "0"]) == 2
+    capsys.readouterr()
 
 
 def test_malformed_model_actions_are_answered_and_counted_not_failures(server, tmp_path: Path) -> None:

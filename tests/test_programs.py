@@ -270,3 +270,47 @@ def test_programs_are_served_as_an_mcp_tool(tmp_path) -> None:
     names, result, row = asyncio.run(play())
     assert "run_program" in names and not result.is_error, result
     assert row["mode"] == "program" and row["program_attempts"] == 1 and row["y_goal"] is False  # 1 of 8 memos
+
+
+def test_policy_against_stepwise_on_the_memos_workflows_is_an_agent_contrast(tmp_path) -> None:
+    """configs/toolpro_workflows.toml: at 100 ms the policy runs N = 5 stepwise and N >= 10 as one program, so
+    program_latency and program_traffic pair it with the stepwise runs task by task (same condition, other agent
+    spec) and both favour it; the clock is a row column under the experiment's network profile."""
+    import json
+
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "configs" / "toolpro_workflows.toml"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    mode = df["agent_spec"].map(lambda s: json.loads(s)["mode"])
+    policy = df[mode == "policy"].set_index("task_id")["mode"]
+    assert policy[policy.index.str.endswith("05")].eq("step").all()
+    assert policy[~policy.index.str.endswith("05")].eq("program").all()
+    step = df[mode == "step"]
+    assert (step["virtual_latency_s"] == (step["model_turns"] * 1.5 + step["round_trips"] * 0.1)).all()
+    assert (step["model_bytes"] > 0).all()  # no model: the schemas a model would be sent per decision
+    assert main(["analyze", str(out)]) == 0
+    rows = {r["comparison"]: r for r in json.loads((out / "analysis" / "secondary.json").read_text())}
+    for cid in ("program_latency", "program_traffic"):
+        assert rows[cid]["pairs"] == 8 and rows[cid]["utility_diff"] > 0, rows[cid]
+    pairs = pd.read_parquet(out / "analysis" / "pairs.parquet")
+    assert (pairs.loc[pairs["comparison"] == "program_latency", "utility_diff"] >= 0).all()
+
+
+@pytest.mark.parametrize("arms, problem", [
+    ({"treatment_agent": {"mode": "policy"}}, "together"),
+    ({"treatment_agent": {"mode": "step"}, "control_agent": {"mode": "step"}}, "same arm"),
+])
+def test_an_agent_contrast_names_both_arms_and_they_differ(arms: dict, problem: str) -> None:
+    from pydantic import ValidationError
+
+    from aft_bench.experiment.comparisons import Comparison
+
+    with pytest.raises(ValidationError, match=problem):
+        Comparison(id="x", treatment="I0", control="I0", workload="w", endpoint="y_goal", direction="higher",
+                   test="two_sided", family="secondary", **arms)

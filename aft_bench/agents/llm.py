@@ -247,7 +247,8 @@ class LLMAgent:
         """One model decision, with the harness's retries; returns the reply message as a plain dict."""
         litellm = litellm_module()
         request = self._request()
-        request_hash = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        request_text = json.dumps(request, sort_keys=True).encode()
+        request_hash = hashlib.sha256(request_text).hexdigest()
         base = self.params.api_base
         if base == OFFLINE:
             from aft_bench.agents.fake_llm import offline_base
@@ -279,13 +280,15 @@ class LLMAgent:
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
         cost = float(cost) if isinstance(cost, (int, float)) else None
         tool_tokens = count_tokens(json.dumps(request["tools"], sort_keys=True))  # tool text the model saw
-        self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
-                                          cost_usd=cost, retries=attempt, latency_s=waited)
-        self._records.append({"model": self.params.model, "request_hash": request_hash, "prompt_tokens": prompt,
-                              "completion_tokens": completion, "latency_s": round(waited, 6), "cost_usd": cost,
-                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns})
         message = response.choices[0].message
         calls = [{"id": c.id, "type": "function",
                   "function": {"name": c.function.name, "arguments": c.function.arguments}}
                  for c in (getattr(message, "tool_calls", None) or [])]
-        return {"content": getattr(message, "content", None), "tool_calls": calls}
+        reply = {"content": getattr(message, "content", None), "tool_calls": calls}
+        sent = len(request_text) + len(json.dumps(reply).encode())
+        self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
+                                          cost_usd=cost, retries=attempt, latency_s=waited, model_bytes=sent)
+        self._records.append({"model": self.params.model, "request_hash": request_hash, "prompt_tokens": prompt,
+                              "completion_tokens": completion, "latency_s": round(waited, 6), "cost_usd": cost,
+                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns})
+        return reply

@@ -53,6 +53,7 @@ class Usage:
     retries: int = 0  # provider calls repeated after a transient failure
     invalid_tool_calls: int = 0  # malformed model actions: bad JSON, unknown tool, schema-invalid arguments
     latency_s: float = 0.0  # wall time spent waiting for the provider
+    model_bytes: int = 0  # bytes exchanged with the model: each request as sent and each reply
 
     def __add__(self, other: Usage) -> Usage:
         def add(a: Any, b: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aft_bench.analysis.pairs import PAIR_KEYS, match_pairs
+from aft_bench.analysis.pairs import PAIR_KEYS, arm_rows, match_pairs
 from aft_bench.analysis.stats import (
     benjamini_hochberg,
     clopper_pearson_upper,
@@ -128,8 +128,8 @@ def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
     if comp.endpoint not in COUNT_ENDPOINTS:
         return {}
     out: dict[str, Any] = {}
-    for arm, cond in (("treatment", comp.treatment), ("control", comp.control)):
-        runs = df[(df["workload"] == comp.workload) & (df["condition"] == cond)]
+    for arm in ("treatment", "control"):
+        runs = arm_rows(df, comp, arm)
         event = runs[comp.endpoint].astype(float) > 0
         hit = int(event.sum())
         out[f"{arm}_runs_with_event"] = hit
@@ -155,9 +155,9 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
     all_pairs = []
     primary, secondary, per_model, lomo = [], [], [], []
     for comp in comps:
-        arms = set(df.loc[df["workload"] == comp.workload, "condition"]) & {comp.treatment, comp.control}
+        ran = all(len(arm_rows(df, comp, arm)) for arm in ("treatment", "control"))
         # a comparison whose arm was never run has no pairs (reported as not run); a partial arm is an error
-        pairs = match_pairs(df, comp) if len(arms) == 2 else _empty_pairs()
+        pairs = match_pairs(df, comp) if ran else _empty_pairs()
         all_pairs.append(pairs)
         row = {"comparison": comp.id, **estimate(pairs, comp, opts), "test": comp.test, "margin": comp.margin,
                "endpoint": comp.endpoint, "direction": comp.direction, **_events(df, comp)}

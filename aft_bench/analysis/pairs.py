@@ -14,6 +14,25 @@ PAIR_KEYS = ["world", "backend", "workload", "task_id", "fault", "fault_seed", "
              "model", "rep"]
 
 
+def arm_rows(df: "pd.DataFrame", comp: Comparison, arm: str) -> "pd.DataFrame":
+    """The runs of one arm ("treatment" or "control"): its workload and condition, and for an agent contrast
+    the runs whose agent spec has the arm's parameters."""
+    import json
+
+    cond, spec = (comp.treatment, comp.treatment_agent) if arm == "treatment" else (comp.control, comp.control_agent)
+    rows = df[(df["workload"] == comp.workload) & (df["condition"] == cond)]
+    if spec is None or rows.empty:
+        return rows
+    parsed = {s: json.loads(s) for s in rows["agent_spec"].unique()}
+    keep = rows["agent_spec"].map(lambda s: all(parsed[s].get(k) == v for k, v in spec.items()))
+    return rows[keep]
+
+
+def pair_keys(comp: Comparison) -> list[str]:
+    """What two runs of a pair share: every key but the condition, and but the agent spec in an agent contrast."""
+    return [k for k in PAIR_KEYS if not (comp.agent_contrast and k == "agent_spec")]
+
+
 def endpoint_values(df: "pd.DataFrame", endpoint: str) -> "pd.Series":
     """The endpoint as a number per run (booleans as 0/1; a missing recovery label counts as not recovered)."""
     col = df[endpoint]
@@ -29,16 +48,16 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     """
     import pandas as pd
 
-    sub = df[(df["workload"] == comp.workload) & df["condition"].isin([comp.treatment, comp.control])].copy()
-    sub["_value"] = endpoint_values(sub, comp.endpoint)
-    keyed = sub.assign(catalog_size=sub["catalog_size"].astype("Int64").astype(str))
+    keys = pair_keys(comp)
     arms = {}
-    for arm, cond in (("t", comp.treatment), ("c", comp.control)):
-        part = keyed[keyed["condition"] == cond]
-        dup = part.duplicated(PAIR_KEYS, keep=False)
+    for arm, which, cond in (("t", "treatment", comp.treatment), ("c", "control", comp.control)):
+        part = arm_rows(df, comp, which).copy()
+        part["_value"] = endpoint_values(part, comp.endpoint)
+        part = part.assign(catalog_size=part["catalog_size"].astype("Int64").astype(str))
+        dup = part.duplicated(keys, keep=False)
         if dup.any():
             raise InputError("<results>", "pairs", comp.id, f"{int(dup.sum())} {cond} runs share a pair key")
-        arms[arm] = part.set_index(PAIR_KEYS)[["run_id", "_value"]]
+        arms[arm] = part.set_index(keys)[["run_id", "_value"]]
     joined = pd.merge(arms["t"], arms["c"], how="outer", left_index=True, right_index=True, suffixes=("_t", "_c"))
     missing = joined["run_id_t"].isna() | joined["run_id_c"].isna()
     if missing.any():
@@ -53,7 +72,7 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     out = joined.reset_index()
     out["utility_diff"] = comp.sign * (out["_value_t"] - out["_value_c"])
     return pd.DataFrame({
-        **{k: out[k] for k in PAIR_KEYS},
+        **{k: out[k] if k in out else None for k in PAIR_KEYS},
         "comparison": comp.id,
         "run_id_treatment": out["run_id_t"],
         "run_id_control": out["run_id_c"],

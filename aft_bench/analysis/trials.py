@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from aft_bench.analysis.pairs import arm_rows
 from aft_bench.experiment.comparisons import Comparison
 
 TUPLE = ["world", "backend", "workload", "task_id", "condition", "fault", "fault_seed", "catalog_size", "agent",
@@ -38,7 +39,7 @@ def trials_table(df: pd.DataFrame, comps: tuple[Comparison, ...]) -> list[dict[s
         return out
     for comp in comps:
         for arm, cond in (("treatment", comp.treatment), ("control", comp.control)):
-            runs = df[(df["workload"] == comp.workload) & (df["condition"] == cond)]
+            runs = arm_rows(df, comp, arm)
             if runs.empty:
                 continue
             keys = [k for k in TUPLE if k in runs.columns]

@@ -121,8 +121,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         preflight(spec, args.config, f"experiment.agents.{i}")
     if args.max_cost is not None and args.max_cost < 0:
         raise InputError("--max-cost", "--max-cost", args.max_cost, "must be 0 or more")
+    if not 1 <= args.loops <= 64:
+        raise InputError("--loops", "--loops", args.loops, "must be between 1 and 64")
     rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
-                      rerun_missing=args.rerun_missing, max_cost=args.max_cost)
+                      rerun_missing=args.rerun_missing, max_cost=args.max_cost, loops=args.loops)
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
     missing = len(matrix.cells) - len(rows)
@@ -352,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (default: min(2, cores); capped at cores x 4 and the run count); "
                         "results are identical for any count")
+    r.add_argument("--loops", type=int, default=1,
+                   help="event loops (processes) for agents that wait on the network, each agent's concurrency "
+                        "split between them (default 1); results are identical for any count")
     r.add_argument("--max-cost", type=float, help="spend ceiling in US dollars (overrides the config's "
                    "max_cost_usd; not part of the config's identity): no new tuple starts once reached, exit 3")
     r.add_argument("--rerun-missing", action="store_true",

@@ -23,6 +23,8 @@ class Played:
     tool_calls: int
     usage: Usage
     traffic_bytes: int = 0  # agent <-> tool server: schemas shown, call arguments, results
+    model_bytes: int = 0  # agent <-> model: requests and replies, or for an agent without a model the schemas a
+    #                       model would be sent with each decision
 
 
 async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Played:
@@ -35,12 +37,16 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
     traffic = surface.shown_bytes
     await agent.start(brief, shown)
     observation: Observation | None = None
-    turns = calls = 0
+    turns = calls = model = 0
+    before = agent.usage()
     while True:
         action = await agent.act(observation)
         for record in agent.take_records():  # the model calls behind this action, in the trace before it acts
             surface.note(record.pop("kind", "model_call"), **record)
         turns += 1
+        now = agent.usage()
+        model += now.model_bytes - before.model_bytes if now.model_calls > before.model_calls else surface.shown_bytes
+        before = now
         if isinstance(action, End):
             terminal = action
             break
@@ -55,7 +61,7 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
             shown = surface.surface()
             traffic += surface.shown_bytes
             await agent.restart(shown)
-    return Played(terminal, turns, calls, agent.usage(), traffic)
+    return Played(terminal, turns, calls, agent.usage(), traffic, model)
 
 
 def _size(value: object) -> int:

@@ -67,7 +67,12 @@ _COLUMNS = (
     Column("fallbacks", "int", "label", "times replay was disabled and the episode continued stepwise"),
     Column("round_trips", "int", "usage", "agent-to-tool-server calls (a program's inner calls run server-side)"),
     Column("traffic_bytes", "int", "usage",
-           "bytes between agent and tool server: tool schemas shown, call arguments and results"),
+           "client traffic: bytes between agent and tool server (schemas shown, arguments, results) plus model_bytes"),
+    Column("model_bytes", "int", "usage",
+           "bytes between agent and model (requests and replies); without a model, the schemas shown per decision"),
+    Column("virtual_latency_s", "float?", "usage",
+           "ToolPro's virtual clock under the experiment's network profile: decisions x DEC + round trips x RTT + "
+           "programs x BUILD (null without a profile)"),
     Column("model_calls", "int", "usage", "model calls the agent made (0 for agents without a model)"),
     Column("prompt_tokens", "int", "usage", "prompt tokens the provider reported, summed over the episode"),
     Column("completion_tokens", "int", "usage", "completion tokens the provider reported, summed over the episode"),
@@ -121,10 +126,16 @@ def label_columns(lb: Labels) -> dict[str, Any]:
 
 
 def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
-                wall_s: float, hashes: Mapping[str, str]) -> dict[str, Any]:
-    """The row of one episode, before the batch layer adds the session columns."""
+                wall_s: float, hashes: Mapping[str, str], network: Mapping[str, float] | None = None
+                ) -> dict[str, Any]:
+    """The row of one episode, before the batch layer adds the session columns. `network` (rtt_ms,
+    decision_ms, build_ms) puts the episode on ToolPro's virtual clock."""
     played = result.played
     u = played.usage
+    virtual = None
+    if network is not None:
+        virtual = round((played.turns * network["decision_ms"] + played.tool_calls * network["rtt_ms"]
+                         + result.labels.program_attempts * network["build_ms"]) / 1000.0, 6)
     return {
         **key,
         "run_id": run_id,
@@ -132,7 +143,9 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         **label_columns(result.labels),
         "model_turns": played.turns,
         "round_trips": played.tool_calls,
-        "traffic_bytes": played.traffic_bytes,
+        "traffic_bytes": played.traffic_bytes + played.model_bytes,
+        "model_bytes": played.model_bytes,
+        "virtual_latency_s": virtual,
         "model_calls": u.model_calls,
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,

@@ -26,7 +26,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = run_sync(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes)
+                       time.perf_counter() - t0, hashes, _network(matrix))
 
 
 async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
@@ -36,7 +36,12 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = await run_episode(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes)
+                       time.perf_counter() - t0, hashes, _network(matrix))
+
+
+def _network(matrix: Matrix) -> dict[str, float] | None:
+    net = matrix.experiment.network
+    return net.model_dump() if net is not None else None
 
 
 def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:

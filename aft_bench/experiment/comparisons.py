@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.paths import CONFIGS
@@ -26,6 +26,22 @@ class Comparison(BaseModel):
     test: Literal["two_sided", "noninferiority"]
     margin: float | None = None
     family: Literal["primary", "secondary"]
+    # An agent contrast (e.g. ToolPro's policy vs stepwise on one condition): the agent-spec parameters each arm's
+    # runs must have; pairs then match on everything but the agent spec.
+    treatment_agent: dict[str, Any] | None = None
+    control_agent: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _arms_differ(self) -> Comparison:
+        if (self.treatment_agent is None) != (self.control_agent is None):
+            raise ValueError("treatment_agent and control_agent are given together or not at all")
+        if self.treatment == self.control and self.treatment_agent == self.control_agent:
+            raise ValueError("treatment and control are the same arm")
+        return self
+
+    @property
+    def agent_contrast(self) -> bool:
+        return self.treatment_agent is not None
 
     @property
     def sign(self) -> int:

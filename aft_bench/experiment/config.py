@@ -20,6 +20,15 @@ from aft_bench.tasks.workloads import Workload, WorkloadSet, load_workloads
 MAX_CELLS = 2_000_000
 
 
+class Network(BaseModel):
+    """ToolPro's simulated network and decision clock: per round trip, per agent decision, per program built."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rtt_ms: float = Field(ge=0)
+    decision_ms: float = Field(ge=0)
+    build_ms: float = Field(ge=0)
+
+
 class Experiment(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -46,6 +55,7 @@ class Experiment(BaseModel):
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
+    network: Network | None = None  # puts every run on ToolPro's virtual clock (row column virtual_latency_s)
     # Spend ceilings: not part of the config's identity, so a raised ceiling resumes the same experiment.
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_tokens_total: int | None = Field(default=None, ge=1)  # for models whose price litellm does not know

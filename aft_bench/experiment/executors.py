@@ -19,6 +19,7 @@ from typing import Any
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
 from aft_bench.experiment.config import Cell, Matrix, load_matrix
+from aft_bench.experiment.spend import SharedSpend, Spend
 from aft_bench.interface import tokens
 
 Outcome = tuple[int, str, dict[str, Any]]
@@ -40,10 +41,12 @@ def attempt(matrix: Matrix, index: int, out: Path) -> tuple[str, dict[str, Any]]
 
 
 def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, int],
-               may_start: Callable[[], bool]) -> Iterator[Outcome]:
+               may_start: Callable[[], bool], spent: Callable[[dict[str, Any]], None] | None = None
+               ) -> Iterator[Outcome]:
     """Cells whose agents wait on the network, many at once on one event loop (in a helper thread), at most
-    `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling).
-    Outcomes arrive as episodes finish; the runner stays the single writer."""
+    `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling), and
+    `spent(row)` is told each row before its slot frees. Outcomes arrive as episodes finish; the runner stays
+    the single writer."""
     outcomes: queue.Queue[Outcome | None] = queue.Queue()
     tokens.warm()  # litellm and the tokenizer load here, once, not on the loop while 32 episodes wait for them
 
@@ -53,9 +56,13 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
             if not may_start():
                 return
             try:
-                outcomes.put((i, "row", await run_cell_async(matrix, cell, out)))
+                row = await run_cell_async(matrix, cell, out)
             except Exception as exc:  # noqa: BLE001 - as in `attempt`
                 outcomes.put((i, "failure", failure(cell, exc)))
+                return
+            if spent is not None:
+                spent(row)
+            outcomes.put((i, "row", row))
 
     async def main() -> None:
         gates = {spec: asyncio.Semaphore(n) for spec, n in limits.items()}
@@ -72,6 +79,59 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
     while (item := outcomes.get()) is not None:
         yield item
     thread.join()
+
+
+def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits: dict[str, int], results: Any,
+                 stop: Any, spend: SharedSpend) -> None:
+    """One event-loop process: its share of the cells, at most `limits[spec]` in flight, none started once the
+    shared spend reaches the ceiling or the runner sets `stop`; every outcome goes back as soon as it exists,
+    then a None."""
+    try:
+        matrix = load_matrix(config, Path(worlds))
+        for item in concurrent(matrix, indices, Path(out), limits, lambda: spend.open() and not stop.is_set(),
+                               spend.add):
+            results.put(item)
+    finally:
+        results.put(None)
+
+
+def concurrent_processes(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, int], spend: Spend,
+                         loops: int) -> Iterator[Outcome]:
+    """`concurrent` spread over `loops` processes, each with its own event loop (one loop is CPU-bound by the
+    provider client's per-call work long before the network is): cells dealt round-robin, each agent's
+    `concurrency` split between the loops, outcomes streamed back as they happen; the runner stays the single
+    writer; the loops share spend counters, so none starts a cell once the ceiling is reached. A loop process
+    that dies leaves its unfinished cells pending."""
+    ctx = context()
+    results = ctx.Queue()
+    stop = ctx.Event()
+    shared = spend.shared(ctx)
+    share = {s: max(1, n // loops) for s, n in limits.items()}
+    procs = [ctx.Process(target=_loop_worker, args=(str(matrix.path), str(matrix.worlds_dir), str(out),
+                                                     pending[k::loops], share, results, stop, shared),
+                         daemon=True)
+             for k in range(loops)]
+    for proc in procs:
+        proc.start()
+    running = len(procs)
+    try:
+        while running:
+            try:
+                item = results.get(timeout=1.0)
+            except queue.Empty:
+                if not any(proc.is_alive() for proc in procs):
+                    break  # every loop died without saying so: what they held stays pending
+                continue
+            if item is None:
+                running -= 1
+                continue
+            yield item
+            if not spend.open():
+                stop.set()
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(timeout=30)
 
 
 def serial(matrix: Matrix, pending: list[int], out: Path, may_start: Callable[[], bool] = lambda: True

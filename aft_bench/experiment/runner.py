@@ -5,7 +5,6 @@ quarantine of unfinished attempts; one episode is the builder's and the episode 
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -16,35 +15,13 @@ from aft_bench.experiment import evidence, executors, freeze
 from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import Journal, append_record, ids
 from aft_bench.experiment.rundir import RunDirectory
+from aft_bench.experiment.spend import Spend
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 
-class Spend:
-    """What the experiment has consumed (every recorded row, all sessions) against its ceilings; the runner
-    adds each new row, executors ask `open()` before they start a tuple. Thread-safe."""
-
-    def __init__(self, rows: list[dict[str, Any]], max_cost: float | None, max_tokens: int | None) -> None:
-        self.max_cost, self.max_tokens = max_cost, max_tokens
-        self.cost = 0.0
-        self.tokens = 0
-        self._lock = threading.Lock()
-        for r in rows:
-            self.add(r)
-
-    def add(self, row: dict[str, Any]) -> None:
-        with self._lock:
-            self.cost += row.get("cost_usd") or 0.0
-            self.tokens += int(row.get("prompt_tokens") or 0) + int(row.get("completion_tokens") or 0)
-
-    def open(self) -> bool:
-        with self._lock:
-            return not ((self.max_cost is not None and self.cost >= self.max_cost)
-                        or (self.max_tokens is not None and self.tokens >= self.max_tokens))
-
-
 def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
-               rerun_missing: bool = False, max_cost: float | None = None) -> list[dict]:
+               rerun_missing: bool = False, max_cost: float | None = None, loops: int = 1) -> list[dict]:
     """Run every pending cell of `matrix` into `out`, resuming whatever is already recorded there.
 
     Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
@@ -73,8 +50,8 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
                      "code_version": manifest_data["code"]["version"], "session": session}
             spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
                           matrix.experiment.max_tokens_total)
-            _drain(_outcomes(matrix, pending, out, workers, spend), journal, out, extra, progress, len(pending),
-                   spend)
+            _drain(_outcomes(matrix, pending, out, workers, spend, loops), journal, out, extra, progress,
+                   len(pending), spend)
         finally:
             journal.close()
         order = {c.run_id: i for i, c in enumerate(matrix.cells)}
@@ -107,16 +84,21 @@ def _check_evidence(out: Path, journal: Journal, rundir: RunDirectory, rerun_mis
     return Journal(out / "journal.jsonl")
 
 
-def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend
+def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend, loops: int = 1
               ) -> Iterator[executors.Outcome]:
     """Cells of agents that wait on the network run concurrently on one event loop (up to each agent's
-    `concurrency`); the others in worker processes, or in this process."""
+    `concurrency`), or on `loops` loops in as many processes; the others in worker processes, or in this
+    process."""
     specs = {s: AgentSpec.parse(s) for s in {matrix.cells[i].agent_spec for i in pending}}
     networked = [i for i in pending if specs[matrix.cells[i].agent_spec].kind.concurrent]
     local = [i for i in pending if not specs[matrix.cells[i].agent_spec].kind.concurrent]
     if networked:
         limits = {s: int(spec.params.get("concurrency", 1)) for s, spec in specs.items() if spec.kind.concurrent}
-        yield from executors.concurrent(matrix, networked, out, limits, spend.open)
+        if loops > 1 and len(networked) > 1:
+            yield from executors.concurrent_processes(matrix, networked, out, limits, spend,
+                                                      min(loops, len(networked)))
+        else:
+            yield from executors.concurrent(matrix, networked, out, limits, spend.open)
     if workers > 1 and len(local) > 1:
         yield from executors.process_pool(matrix, local, out, min(workers, len(local)))
     else:
