@@ -49,7 +49,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "discovery_correctness", "discovery_wrong_tool",
                                                                        "replay_duplicates", "router_safety",
                                                                        "router_context", "router_recall",
-                                                                       "program_latency", "program_traffic"]
+                                                                       "program_latency", "program_traffic",
+                                       "program_loss_duplicates"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

@@ -212,7 +212,8 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
                                        "durable_recovery", "duplicate_effects", "unsafe_commits",
                                        "terminal_verification", "partial_verification", "discovery_correctness",
                                        "discovery_wrong_tool", "replay_duplicates", "router_safety",
-                                       "router_context", "router_recall", "program_latency", "program_traffic"]
+                                       "router_context", "router_recall", "program_latency", "program_traffic",
+                                       "program_loss_duplicates"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0
     assert "I5-guards" in capsys.readouterr().out

@@ -314,3 +314,45 @@ def test_an_agent_contrast_names_both_arms_and_they_differ(arms: dict, problem: 
     with pytest.raises(ValidationError, match=problem):
         Comparison(id="x", treatment="I0", control="I0", workload="w", endpoint="y_goal", direction="higher",
                    test="two_sided", family="secondary", **arms)
+
+
+def test_a_lost_write_response_defeats_replay_and_only_a_key_prevents_the_duplicate(tmp_path) -> None:
+    """configs/toolpro_loss.toml on all 16 tasks: the re-executed program charges again under replay alone (the
+    lost write is not a completed history entry, nothing is replayed) and never with an idempotency key."""
+    import json
+
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "configs" / "toolpro_loss.toml"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["fault_fired"].all() and (df["program_attempts"] == 2).all() and (df["replayed_writes"] == 0).all()
+    by = df.groupby("condition")["duplicate_effects"]
+    assert (by.get_group("I0-program-replay") == 1).all() and (by.get_group("I0-program-replay-keys") == 0).all()
+    assert main(["analyze", str(out), "--permutations", "2000", "--resamples", "200"]) == 0
+    row = next(r for r in json.loads((out / "analysis" / "secondary.json").read_text())
+               if r["comparison"] == "program_loss_duplicates")
+    assert row["pairs"] == 16 and row["utility_diff"] == 1.0
+
+
+def test_under_selective_discovery_the_program_agent_loads_its_tools_first(tmp_path) -> None:
+    """I5-program-replay shows no business schema up front: the agent describes each plan tool, then its
+    program (or its stepwise calls) can use them."""
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    cfg = tmp_path / "p5.toml"
+    cfg.write_text('[experiment]\nid = "p5"\nworkloads = ["program_repair"]\nconditions = ["I5-program-replay"]\n'
+                   'tasks_per_workload = 4\n[[experiment.agents]]\nname = "program"\n'
+                   '[[experiment.agents]]\nname = "program"\nmode = "step"\n')
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["y_goal"].all() and set(df["mode"]) == {"program", "step"}
+    assert (df["model_turns"] - df["round_trips"] == 1).all()  # every decision but the end is a call
+    assert (df.loc[df["mode"] == "program", "round_trips"] == 3).all()  # two describes, one program

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tokens import count_tokens, litellm_module
-from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief
 
 OFFLINE = "offline"  # api_base that means: the embedded offline model server (agents/fake_llm.py)
@@ -115,23 +115,6 @@ def observation_text(obs: Observation) -> str:
     return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
 
 
-def _schema_from(obs: Observation) -> dict[str, Any] | None:
-    """A tool schema shown by describe_tool (text `OK: {...}` or a structured result), if any."""
-    c = obs.content
-    if isinstance(c, str):
-        head, _, rest = c.partition(": ")
-        if head != "OK":
-            return None
-        try:
-            c = {"status": "ok", "result": json.loads(rest)}
-        except ValueError:
-            return None
-    result = c.get("result") if isinstance(c, dict) and c.get("status") == "ok" else None
-    if isinstance(result, dict) and {"name", "parameters"} <= set(result):
-        return result
-    return None
-
-
 def _valid_args(schema: dict[str, Any], args: Any) -> bool:
     """A light JSON-schema check of a model's arguments: an object, required keys present, no unknown keys."""
     if not isinstance(args, dict):
@@ -221,7 +204,7 @@ class LLMAgent:
 
     def _observe(self, obs: Observation) -> None:
         text = observation_text(obs)
-        schema = _schema_from(obs)
+        schema = described_schema(obs)
         if schema is not None:
             self._tools[schema["name"]] = schema  # describe_tool materialized it: the model may call it now
         if self._pending is not None:

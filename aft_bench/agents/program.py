@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.protocol import Action, Call, End, Usage
-from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief, Script
 
 
@@ -63,6 +63,13 @@ def _status(obs: Observation | None) -> tuple[str, str]:
     return ("error", head.removeprefix("ERROR").strip()) if head.startswith("ERROR") else ("timeout", "")
 
 
+# Prepended to every program: a write result that is not a success (an error, a lost response) raises.
+CHECK = """def check(result, tool):
+    ok = result.get("status") == "ok" if isinstance(result, dict) else str(result).startswith("OK")
+    if not ok:
+        raise RuntimeError(tool + " did not succeed: " + str(result)[:80])"""
+
+
 class ProgramAgent:
     """Submits the plan as a program; resubmits it repaired after a failure."""
 
@@ -77,6 +84,8 @@ class ProgramAgent:
             self.mode = "program" if saves > 0 else "step"
         self.next_step = 0
         self.failed_steps = 0
+        self._describing: str | None = None
+        self._described: set[str] = set()
         self.attempts = 0
         self.brief: Brief | None = None
         self.schemas: dict[str, dict[str, Any]] = {}
@@ -97,12 +106,14 @@ class ProgramAgent:
     def source(self, fail_after: int) -> str:
         """The plan as a program (raising after `fail_after` writes when it is > 0)."""
         assert self.brief is not None
-        lines, writes = [], 0
+        lines, writes = [CHECK], 0
         for i, step in self.calls:
             assert step.call is not None
             args = self._args(i, step.call, step.args)
             effect = "READ" if step.read else "WRITE"
             lines.append(f"r{i} = CALL({json.dumps(step.call)}, {args!r}, {json.dumps(effect)})")
+            if effect == "WRITE":  # a write whose result is not a success stops the program (then: a repair)
+                lines.append(f'check(r{i}, "{step.call}")')
             writes += effect == "WRITE"
             if fail_after and writes == fail_after:
                 lines.append(f'raise RuntimeError("the program failed after write {writes}")')
@@ -118,6 +129,16 @@ class ProgramAgent:
         return out
 
     async def act(self, observation: Observation | None) -> Action:
+        if self._describing is not None and observation is not None:
+            schema = described_schema(observation)
+            if schema is not None:
+                self.schemas[schema["name"]] = schema["parameters"]
+            self._describing, observation = None, None
+        missing = [s.call for _, s in self.calls if s.call is not None and s.call not in self.schemas]
+        if missing and "describe_tool" in self.schemas and missing[0] not in self._described:
+            self._describing = missing[0]  # selective discovery: load each plan tool's schema first
+            self._described.add(missing[0])
+            return Call("describe_tool", {"name": missing[0]})
         if self.mode == "step":
             return self._step(observation)
         if "run_program" not in self.schemas:

@@ -3,6 +3,7 @@ mechanism interface and the raw calibration surface implement."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,3 +43,20 @@ class Surface(Protocol):
 
     def note(self, kind: str, **data: Any) -> None:
         """Record an episode event that is not a tool call (e.g. the agent's restart) in the trace."""
+
+
+def described_schema(obs: Observation) -> dict[str, Any] | None:
+    """A tool schema shown by describe_tool (text `OK: {...}` or a structured result), if any."""
+    c = obs.content
+    if isinstance(c, str):
+        head, _, rest = c.partition(": ")
+        if head != "OK":
+            return None
+        try:
+            c = {"status": "ok", "result": json.loads(rest)}
+        except ValueError:
+            return None
+    result = c.get("result") if isinstance(c, dict) and c.get("status") == "ok" else None
+    if isinstance(result, dict) and {"name", "parameters"} <= set(result):
+        return result
+    return None
