@@ -356,3 +356,23 @@ def test_under_selective_discovery_the_program_agent_loads_its_tools_first(tmp_p
     assert df["y_goal"].all() and set(df["mode"]) == {"program", "step"}
     assert (df["model_turns"] - df["round_trips"] == 1).all()  # every decision but the end is a call
     assert (df.loc[df["mode"] == "program", "round_trips"] == 3).all()  # two describes, one program
+
+
+def test_programs_that_bind_loop_and_branch_on_read_results_reach_the_same_state(tmp_path) -> None:
+    """The cbench-like `program_flow` workload: each task's reference program binds amounts and customers from
+    reads, loops over orders and branches on their status or a customer's tier, in one round trip; the stepwise
+    plan reaches the same end state in one round trip per call (o4, already paid, is never charged)."""
+    import pandas as pd
+
+    from aft_bench.cli.main import main
+
+    cfg = tmp_path / "pf.toml"
+    cfg.write_text('[experiment]\nid = "pf"\nworkloads = ["program_flow"]\nconditions = ["I4-program-replay"]\n'
+                   '[[experiment.agents]]\nname = "program"\n[[experiment.agents]]\nname = "program"\nmode = "step"\n')
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 16 and df["y_goal"].all() and (df["unintended_effects"] == 0).all()
+    prog = df[df["mode"] == "program"]
+    assert len(prog) == 8 and (prog["round_trips"] == 1).all() and (prog["program_attempts"] == 1).all()
+    assert (df[df["mode"] == "step"]["round_trips"] >= 2).all()

@@ -1,7 +1,8 @@
 """The `program` agent: the task's plan as one tool program (`run_program`), as stepwise calls, or chosen per
 episode by ToolPro's consolidation policy (ToolPro's ablation: ToolPro-prog, ToolPro-step, ToolPro).
 
-In program mode each plan step becomes `CALL(tool, arguments, effect)` (READ for read-only steps, WRITE otherwise), with an
+In program mode it submits the task's reference program where the task has one (calls that depend on what
+earlier reads return: bindings, loops, branches); otherwise each plan step becomes `CALL(tool, arguments, effect)` (READ for read-only steps, WRITE otherwise), with an
 idempotency key where the tool takes one. With `fail_after = k` its first program raises after the k-th
 write (the repair workload: a program that fails after a completed write); it then submits the repaired
 program, within its attempt budget. It claims success only when a program completed. In step mode it makes
@@ -76,6 +77,7 @@ class ProgramAgent:
     def __init__(self, params: Params, script: Script) -> None:
         self.params = params
         self.plan = script.plan
+        self.reference = script.program  # the task's own program where its calls depend on what reads return
         self.calls = [(i, step) for i, step in enumerate(script.plan) if step.call is not None]
         self.mode = params.mode
         if params.mode == "policy":
@@ -104,8 +106,11 @@ class ProgramAgent:
         return []
 
     def source(self, fail_after: int) -> str:
-        """The plan as a program (raising after `fail_after` writes when it is > 0)."""
+        """The task's reference program, or the plan as a program (raising after `fail_after` writes when it is
+        > 0)."""
         assert self.brief is not None
+        if self.reference is not None:
+            return CHECK + "\n" + self.reference
         lines, writes = [CHECK], 0
         for i, step in self.calls:
             assert step.call is not None

@@ -125,10 +125,12 @@ class Brief:
 
 @dataclass(frozen=True)
 class Script:
-    """What a scripted controller may follow: the interface-independent plan and the oracle call sequence."""
+    """What a scripted controller may follow: the interface-independent plan, the oracle call sequence, and
+    for tasks whose calls depend on what earlier reads return, a reference tool program."""
 
     plan: tuple[PlanStep, ...]
     oracle: tuple[Step, ...]
+    program: str | None = None
 
 
 class Criteria(_Strict):
@@ -164,10 +166,11 @@ class Task(_Strict):
     oracle: tuple[Step, ...] = ()
     plan: tuple[PlanStep, ...] = ()
     variants: tuple[str, ...] = ()
+    program: str | None = None  # a reference tool program (runtime binding, loops, branches): `run_program` source
 
     @cached_property
     def hash(self) -> str:
-        return digest(self.model_dump(mode="json"))
+        return digest(self.model_dump(mode="json", exclude={"program"} if self.program is None else None))
 
     @cached_property
     def brief(self) -> Brief:
@@ -176,7 +179,7 @@ class Task(_Strict):
 
     @cached_property
     def script(self) -> Script:
-        return Script(self.plan, self.oracle)
+        return Script(self.plan, self.oracle, self.program)
 
     @cached_property
     def criteria(self) -> Criteria:
