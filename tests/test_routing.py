@@ -100,6 +100,9 @@ def test_a_call_outside_the_session_is_refused_traced_and_never_an_effect(condit
                                                         ("delete_file", "call_tool")]
     labels = compute_labels(events, iface.pipeline.backend.state, task.criteria)
     assert labels.commits == 0 and labels.unintended_effects == 0  # refusals are not effects
+    assert "upload_file" in json.dumps(iface.call("describe_tool", {"name": "upload_file"}).content)
+    direct = iface.call("upload_file", {"target": "q3-report.pdf"})  # described, yet never callable directly
+    assert "resolve a session" in str(direct.content)
     ok = iface.call("call_tool", {"name": "upload_file", "arguments": {"target": "q3-report.pdf"}})
     assert "ok" in json.dumps(ok.content).lower()
     labels = compute_labels(iface.pipeline.trace.events(), iface.pipeline.backend.state, task.criteria)

@@ -145,8 +145,8 @@ class Interface:
         self.pipeline.trace.append("tool_call", tool=name, args=args)
         if name in self.lifecycle:
             return getattr(self, f"_t_{name}")(dict(args))
-        if name in self.business and name in self.materialized:
-            return self._business_call(name, dict(args))
+        if name in self.business and name in self.materialized and self.mechanisms.discovery != "routed":
+            return self._business_call(name, dict(args))  # routed: business tools only through call_tool
         hint = " (load it with describe_tool first)" if name in self.business else ""
         if name in self.business and self.mechanisms.discovery == "routed":
             hint = " (resolve a session with resolve_tools, then use call_tool)"
