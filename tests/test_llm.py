@@ -244,3 +244,17 @@ def test_a_negative_max_cost_flag_is_refused(tmp_path: Path, capsys) -> None:
 def test_the_suite_cannot_reach_beyond_loopback() -> None:
     with pytest.raises(OSError, match="stays on 127.0.0.1"):
         socket.create_connection(("192.0.2.1", 80), timeout=0.1)
+
+
+def test_through_the_router_the_offline_model_matches_the_deterministic_agent(tmp_path: Path) -> None:
+    """Routed discovery on the LLM path: the capability-aware offline model resolves, describes and calls
+    through the router exactly as the deterministic agent does (same labels, tuple for tuple)."""
+    base = '[experiment]\nid = "r"\ncomparisons = ["router_safety"]\ntasks_per_workload = 4\n'
+    det, llm = tmp_path / "det.toml", tmp_path / "llm.toml"
+    det.write_text(base)
+    llm.write_text(base + '[[experiment.agents]]\nname = "llm"\nmodel = "openai/fake-capability"\n'
+                   'api_base = "offline"\nconcurrency = 4\n')
+    assert main(["run", str(det), "--out", str(tmp_path / "d")]) == 0
+    assert main(["run", str(llm), "--out", str(tmp_path / "l")]) == 0
+    assert _labels(tmp_path / "l").equals(_labels(tmp_path / "d"))
+    assert set(pd.read_parquet(tmp_path / "l" / "results.parquet")["condition"]) == {"I5", "I5-routed"}
