@@ -202,3 +202,33 @@ def test_a_malformed_catalog_file_is_one_line_and_left_untouched(tmp_path: Path,
     assert len(err) == 1 and "tools.0.state" in err[0]
     assert p.read_text() == '{"tools": [{"name": "x", "state": "trusted"}]}'
     assert main(["route-eval", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_import_over_http_and_bad_flags_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    """import-mcp --url against `aft-bench serve --transport http` on 127.0.0.1; an unknown ranker, an unknown
+    profile and an unreachable server are exit-2 errors naming the flag, and no catalog file is left behind."""
+    import subprocess
+
+    from aft_bench.common.net import free_port, wait_for_port
+
+    port = free_port()
+    proc = subprocess.Popen([EXE, "serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I4",
+                             "--transport", "http", "--port", str(port), "--out", str(tmp_path / "served"),
+                             "--worlds", str(WORLDS)], stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for_port(port, 10.0, alive=lambda: proc.poll() is None)
+        cat = tmp_path / "cat.json"
+        assert main(["catalog", "import-mcp", "--url", f"http://127.0.0.1:{port}/mcp", "--out", str(cat)]) == 0
+        assert "charge_payment" in {t["name"] for t in json.loads(cat.read_text())["tools"]}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    capsys.readouterr()
+    for argv, flag in ((["route-eval", "l3", "--ranker", "psychic"], "--ranker"),
+                       (["catalog", "resolve", str(cat), "x", "--profile", "vip"], "--profile"),
+                       (["catalog", "import-mcp", "--url", f"http://127.0.0.1:{free_port()}/mcp", "--out",
+                         str(tmp_path / "none.json")], "--url")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and flag in err[0], err
+    assert not (tmp_path / "none.json").exists()
