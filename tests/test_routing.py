@@ -45,6 +45,16 @@ def test_on_l3_the_reranker_beats_tool_forge_and_bm25_measured_in_one_run(capsys
     assert l3["rerank"]["micro_f1"] > 0.786 and l3["rerank"]["micro_f1"] > l3["bm25"]["micro_f1"]
 
 
+def test_the_held_out_suite_is_generated_from_its_own_templates() -> None:
+    """l3h shares l3's phenomena and shape but none of its request texts."""
+    from aft_bench.routing.suites import load_suite
+
+    l3, l3h = load_suite("l3"), load_suite("l3h")
+    assert (len(l3h.cases), l3h.suite.catalog_size) == (25, 500)
+    assert {c.phenomenon for c in l3h.cases} == {c.phenomenon for c in l3.cases}
+    assert not {c.intent for c in l3h.cases} & {c.intent for c in l3.cases}
+
+
 def test_on_l2_the_router_needs_under_one_percent_of_naive_exposure(capsys) -> None:
     l2 = _route_eval(capsys, "l2")["rerank"]
     assert (l2["cases"], l2["tools"]) == (50, 600)

@@ -22,7 +22,9 @@ SHAPES: dict[str, tuple[int, int, int, str]] = {
     "lite": (8, 250, 1, "fast regression: requests in the catalog's own words"),
     "l2": (50, 600, 2, "realistic: paraphrased single requests and two-step requests"),
     "l3": (25, 500, 3, "adversarial: negation, confusable families, read/write ambiguity"),
+    "l3h": (25, 500, 4, "held out: l3's phenomena in phrasings written after the reranker was frozen"),
 }
+HELD_OUT = ROUTING / "templates_heldout.toml"  # the templates of l3h, never used to change the reranker
 
 
 class _Phrasings(BaseModel):
@@ -43,8 +45,8 @@ class Templates(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     names: tuple[str, ...] = Field(min_length=2)
     events: tuple[str, ...] = Field(min_length=1)
-    lite: _Phrasings
-    l2: _Phrasings
+    lite: _Phrasings | None = None
+    l2: _Phrasings | None = None
     l3: tuple[_L3, ...] = Field(min_length=1)
 
 
@@ -93,12 +95,15 @@ def load_suite(name_or_path: str) -> Suite:
     return suite
 
 
-def generate(name: str, templates: Path = TEMPLATES) -> Suite:
+def generate(name: str, templates: Path | None = None) -> Suite:
     """Suite `name`, generated from the vocabulary and the templates (same input, same suite)."""
     n, size, seed, description = SHAPES[name]
+    templates = templates or (HELD_OUT if name == "l3h" else TEMPLATES)
     t = validate(Templates, read_toml(templates), templates).model_dump()
+    if name in ("lite", "l2") and t[name] is None:
+        raise InputError(templates, name, None, f"suite {name} needs its [{name}] phrasings")
     vocab = load_vocab()
-    for verb in t["l2"]["phrasings"]:
+    for verb in (t["l2"] or {"phrasings": {}})["phrasings"]:
         if verb not in {a.verb for a in vocab.actions}:
             raise InputError(templates, f"l2.phrasings.{verb}", verb, "not an action of the catalog vocabulary")
     rng = random.Random(f"{name}:{seed}")
