@@ -13,14 +13,15 @@ import pandas as pd
 
 from aft_bench.agents.program import program_saves_ms
 from aft_bench.common.paths import REFERENCE
+from aft_bench.episode.row import virtual_clock_s
 
 __all__ = ["program_saves_ms", "rtt_sweep", "virtual_latency_s"]  # the rule lives with the policy that uses it
 
 
 def virtual_latency_s(rows: pd.DataFrame, rtt_ms: float, decision_ms: float, build_ms: float) -> pd.Series:
     """Seconds per run on the virtual clock."""
-    return (rows["model_turns"] * decision_ms + rows["round_trips"] * rtt_ms
-            + rows["program_attempts"] * build_ms) / 1000.0
+    return virtual_clock_s(rows["model_turns"], rows["round_trips"], rows["program_attempts"], rtt_ms, decision_ms,
+                           build_ms)
 
 
 

@@ -125,6 +125,13 @@ def label_columns(lb: Labels) -> dict[str, Any]:
     }
 
 
+def virtual_clock_s(decisions: Any, round_trips: Any, programs: Any, rtt_ms: float, decision_ms: float,
+                    build_ms: float) -> Any:
+    """ToolPro's virtual clock in seconds: decisions x DEC + round trips x RTT + programs x BUILD (numbers or
+    whole columns alike)."""
+    return (decisions * decision_ms + round_trips * rtt_ms + programs * build_ms) / 1000.0
+
+
 def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, Any], result: EpisodeResult,
                 wall_s: float, hashes: Mapping[str, str], network: Mapping[str, float] | None = None
                 ) -> dict[str, Any]:
@@ -134,8 +141,8 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
     u = played.usage
     virtual = None
     if network is not None:
-        virtual = round((played.turns * network["decision_ms"] + played.tool_calls * network["rtt_ms"]
-                         + result.labels.program_attempts * network["build_ms"]) / 1000.0, 6)
+        virtual = round(virtual_clock_s(played.turns, played.tool_calls, result.labels.program_attempts,
+                                        **network), 6)
     return {
         **key,
         "run_id": run_id,

@@ -162,6 +162,14 @@ def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
 
 
 RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {"bm25": bm25, "rerank": rerank}
+def ranked(query: str, cands: Sequence[Candidate], ranker: str, k: int) -> list[Candidate]:
+    """The `k` best candidates for `query` under `ranker`; ties keep catalog order."""
+    if not cands:
+        return []
+    scores = RANKERS[ranker](query, cands)
+    return [cands[i] for i in sorted(range(len(cands)), key=lambda i: (-scores[i], i))[:k]]
+
+
 CLAUSE = re.compile(r"\s*(?:;|\.(?:\s|$)|,?\s+and then\s+|,?\s+then\s+|,\s+and\s+|\s+and also\s+)\s*", re.I)
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.paths import WORLDS
-from aft_bench.interface.ranking import RANKERS, Candidate, top_tools
+from aft_bench.interface.ranking import RANKERS, Candidate, ranked, top_tools
 from aft_bench.interface.tools import ToolSpec
 
 PROFILES_PATH = WORLDS / "catalog" / "profiles.toml"
@@ -105,21 +105,18 @@ class Router:
         if self.profile_name not in profiles:
             raise KeyError(f"unknown profile {self.profile_name!r}; known: {', '.join(profiles)}")
         self.profile = profiles[self.profile_name]
+        self._by_name = {c.name: c for c in self.candidates}
         self.permitted = [c for c in self.candidates if self.refusal(c.name) is None]
 
     def refusal(self, name: str) -> str | None:
         """Why the profile does not permit `name`, or None."""
-        c = next((c for c in self.candidates if c.name == name), None)
+        c = self._by_name.get(name)
         if c is None:
             return "no such tool"
         return self.profile.refuses(c, self.effects.get(name, "read"), self.states.get(name, "approved"))
 
     def search(self, query: str, k: int) -> list[Candidate]:
-        if not self.permitted:
-            return []
-        scores = RANKERS[self.ranker](query, self.permitted)
-        order = sorted(range(len(self.permitted)), key=lambda i: (-scores[i], i))
-        return [self.permitted[i] for i in order[:k]]
+        return ranked(query, self.permitted, self.ranker, k)
 
     def resolve(self, task: str, k: int) -> list[str]:
         """A new session for `task`: its best permitted tools, at most min(k, SESSION_MAX)."""

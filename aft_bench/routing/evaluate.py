@@ -12,7 +12,7 @@ from typing import Any
 
 from aft_bench.common.canonical import canonical_json
 from aft_bench.interface.interface import SEARCH_K
-from aft_bench.interface.ranking import RANKERS, Candidate, clauses, top_tools
+from aft_bench.interface.ranking import Candidate, clauses, ranked, top_tools
 from aft_bench.interface.router import SESSION_MAX, meta_tools
 from aft_bench.interface.tokens import count_tokens
 from aft_bench.routing.suites import Suite
@@ -76,6 +76,4 @@ def evaluate(suite: Suite, ranker: str) -> dict[str, Any]:
 
 def _cards(clause: str, cands: list[Candidate], ranker: str) -> list[dict[str, str]]:
     """The compact cards a search for `clause` shows (the top SEARCH_K)."""
-    scores = RANKERS[ranker](clause, cands)
-    order = sorted(range(len(cands)), key=lambda i: (-scores[i], i))[:SEARCH_K]
-    return [{"name": cands[i].name, "card": cands[i].card} for i in order]
+    return [{"name": c.name, "card": c.card} for c in ranked(clause, cands, ranker, SEARCH_K)]
