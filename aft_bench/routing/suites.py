@@ -23,8 +23,10 @@ SHAPES: dict[str, tuple[int, int, int, str]] = {
     "l2": (50, 600, 2, "realistic: paraphrased single requests and two-step requests"),
     "l3": (25, 500, 3, "adversarial: negation, confusable families, read/write ambiguity"),
     "l3h": (25, 500, 4, "held out: l3's phenomena in phrasings written after the reranker was frozen"),
+    "l3x": (25, 500, 5, "held out: l3's phenomena in requests written before the embedding ranker existed"),
 }
 HELD_OUT = ROUTING / "templates_heldout.toml"  # the templates of l3h, never used to change the reranker
+HELD_OUT_2 = ROUTING / "templates_heldout2.toml"  # the templates of l3x, never used to change any ranker
 
 
 class _Phrasings(BaseModel):
@@ -98,7 +100,7 @@ def load_suite(name_or_path: str) -> Suite:
 def generate(name: str, templates: Path | None = None) -> Suite:
     """Suite `name`, generated from the vocabulary and the templates (same input, same suite)."""
     n, size, seed, description = SHAPES[name]
-    templates = templates or (HELD_OUT if name == "l3h" else TEMPLATES)
+    templates = templates or {"l3h": HELD_OUT, "l3x": HELD_OUT_2}.get(name, TEMPLATES)
     t = validate(Templates, read_toml(templates), templates).model_dump()
     if name in ("lite", "l2") and t[name] is None:
         raise InputError(templates, name, None, f"suite {name} needs its [{name}] phrasings")
