@@ -1,7 +1,9 @@
-"""Ranking tool texts for discovery and routing: BM25 (rank_bm25's Okapi BM25, an index cached per corpus) and
-a reranker over BM25 for what lexical retrieval breaks (negation, read/write intent, confusable families).
+"""Ranking tool texts for discovery and routing: BM25 (rank_bm25's Okapi BM25, an index cached per corpus), a
+static sentence embedding shipped in a package (`embedding.py`), and rules for what retrieval alone breaks
+(negation, read/write intent, confusable families) over either: `rerank` over BM25, `hybrid` over BM25 plus the
+embedding.
 
-Rankers are a registry by name; each scores a request against tools described as `Candidate`s. The reranker's
+Rankers are a registry by name; each scores a request against tools described as `Candidate`s. The rules'
 lexicon is data (`worlds/catalog/lexicon.toml`).
 """
 
@@ -137,18 +139,22 @@ def bm25(query: str, cands: Sequence[Candidate]) -> list[float]:
     return _bm25_scores(query, cands)
 
 
-def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
-    """BM25 (min-max scaled to 0..1) plus what the request names: its resource (+2, +2.5 when a cue word names it;
-    other resources -1.5 when it names one), its action (+1), anything it negates (-3), and a write when it only
-    looks (-1.5)."""
+def _scaled(scores: Sequence[float]) -> list[float]:
+    """Min-max scaled to 0..1 (a tiny corpus gives BM25 negative IDFs; cosines differ in range per request)."""
+    low, high = min(scores, default=0.0), max(scores, default=0.0)
+    span = high - low or 1.0
+    return [(x - low) / span for x in scores]
+
+
+def _ruled(query: str, cands: Sequence[Candidate], base: Callable[[str, Sequence[Candidate]], list[float]]
+           ) -> list[float]:
+    """`base` (0..1 per candidate, scored on the request's words before any negation) plus what the request
+    names: its resource (+2, +2.5 when a cue word names it; other resources -1.5 when it names one), its action
+    (+1), anything it negates (-3), and a write when it only looks (-1.5)."""
     lex = load_lexicon()
     reading = read_request(query, sorted({c.resource for c in cands}), lex)
-    base = _bm25_scores(" ".join(reading.positive) or query, cands)
-    low, high = min(base, default=0.0), max(base, default=0.0)
-    span = high - low or 1.0  # min-max scaled: a tiny corpus gives BM25 negative IDFs
     out = []
-    for c, b in zip(cands, base):
-        s = (b - low) / span
+    for c, s in zip(cands, base(" ".join(reading.positive) or query, cands)):
         if reading.resources:
             s += reading.resources.get(c.resource, -1.5)
         if c.action in reading.actions or (c.action not in lex.verbs and c.action in reading.positive):
@@ -161,7 +167,33 @@ def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
     return out
 
 
-RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {"bm25": bm25, "rerank": rerank}
+def _cosines(query: str, cands: Sequence[Candidate]) -> list[float]:
+    from aft_bench.interface.embedding import similarity
+
+    return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
+
+
+def embed(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """Cosine of the request's and each card's static sentence embedding (no rules)."""
+    return _cosines(query, cands)
+
+
+def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """The rules over scaled BM25."""
+    return _ruled(query, cands, lambda q, cs: _scaled(_bm25_scores(q, cs)))
+
+
+def hybrid(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """The rules over scaled BM25 plus the scaled embedding cosine: the lexicon's rules where its words reach,
+    the embedding where a request says things in words the lexicon and the cards do not have."""
+    return _ruled(query, cands, lambda q, cs: [a + b for a, b in zip(_scaled(_bm25_scores(q, cs)),
+                                                                       _scaled(_cosines(q, cs)))])
+
+
+RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {
+    "bm25": bm25, "embed": embed, "rerank": rerank, "hybrid": hybrid}
+
+
 def ranked(query: str, cands: Sequence[Candidate], ranker: str, k: int) -> list[Candidate]:
     """The `k` best candidates for `query` under `ranker`; ties keep catalog order."""
     if not cands:
