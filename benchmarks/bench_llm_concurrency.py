@@ -7,8 +7,9 @@ HTTP path, and the wall time of the run is compared with the ideal bound
 The run is timed in this process after litellm and the tokenizer are loaded (a one-off ~4 s import that is
 not concurrency; with `--loops N` also the process server that preloads them for the loop processes): the
 wall is admission, starting the loops, every episode, the journal and results.parquet. `--price` declares a
-price (0 USD) for the offline model, so litellm computes its cost from that instead of searching its price map
-for a model it does not know on every call.
+price for the offline model (0.15 / 0.60 USD per million input / output tokens, a small hosted model's), so
+litellm computes its cost from that instead of searching its price map for a model it does not know on every
+call (a declared price of 0 is no cheaper: litellm then runs its zero-cost diagnostics on every call).
 
     .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price] [--loops 2]
 """
@@ -39,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--price", action="store_true", help="declare the offline model's price (0 USD)")
+    ap.add_argument("--price", action="store_true", help="declare a price for the offline model (0.15/0.60 USD per Mtok)")
     ap.add_argument("--loops", type=int, default=1, help="event loops (processes) sharing the concurrency")
     args = ap.parse_args()
     server = subprocess.Popen([str(EXE), "fake-llm", "--latency", str(args.latency)], stdout=subprocess.PIPE,
@@ -61,7 +62,7 @@ model = "openai/fake-capability"
 api_base = "{url}"
 api_key_env = "AFT_BENCH_FAKE_KEY"
 concurrency = {args.concurrency}
-{"input_usd_per_mtok = 0.0" + chr(10) + "output_usd_per_mtok = 0.0" if args.price else ""}
+{"input_usd_per_mtok = 0.15" + chr(10) + "output_usd_per_mtok = 0.6" if args.price else ""}
 ''')
             out = Path(tmp) / "out"
             os.environ["AFT_BENCH_FAKE_KEY"] = "offline"
@@ -80,7 +81,7 @@ concurrency = {args.concurrency}
     finally:
         server.terminate()
     ideal = calls * args.latency / args.concurrency
-    print(f"{len(df)} episodes{' (declared price 0 USD)' if args.price else ''}, {calls} model calls "
+    print(f"{len(df)} episodes{' (declared price 0.15/0.60 USD per Mtok)' if args.price else ''}, {calls} model calls "
           f"({calls / len(df):.2f} per episode), latency {args.latency} s, concurrency {args.concurrency} on "
           f"{args.loops} loop(s), "
           f"provider retries {int(df['retries'].sum())}")
@@ -97,7 +98,7 @@ def litellm_alone(url: str, calls: int, concurrency: int, price: bool) -> tuple[
 
     litellm = tokens.litellm_module()
     msgs = [{"role": "system", "content": "Task id: none"}, {"role": "user", "content": "Task: none\nInputs: {}"}]
-    pricing = {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0} if price else {}
+    pricing = {"input_cost_per_token": 0.15e-6, "output_cost_per_token": 0.6e-6} if price else {}
 
     async def caller(n: int) -> None:
         for _ in range(n):
