@@ -3,6 +3,8 @@ and effect-aware replay against plain re-execution."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aft_bench.episode.episode import open_pipeline
@@ -208,16 +210,58 @@ def test_stepwise_and_program_modes_complete_every_memos_workflow(tmp_path) -> N
     cfg = tmp_path / "memos.toml"
     cfg.write_text('[experiment]\nid = "memos"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
                    '[[experiment.agents]]\nname = "program"\nmode = "step"\n'
+                   '[[experiment.agents]]\nname = "program"\nmode = "skeleton"\n'
                    '[[experiment.agents]]\nname = "program"\nmode = "program"\n')
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out)]) == 0
-    df = pd.read_parquet(out / "results.parquet")
+    everything = pd.read_parquet(out / "results.parquet")
+    variant = everything["agent_spec"].map(lambda spec: json.loads(spec)["mode"])
+    by_mode = {m: g.set_index("task_id").sort_index() for m, g in everything.groupby(variant)}
+    skeleton, stepwise, program = by_mode["skeleton"], by_mode["step"], by_mode["program"]
+    assert (skeleton["mode"] == "step").all()  # the row's mode is how it ran: stepwise calls
+    # skeleton-guided stepwise: the same calls and decisions as stepwise, but the whole tool context only once
+    assert skeleton["y_goal"].all()
+    assert (skeleton[["round_trips", "model_turns"]] == stepwise[["round_trips", "model_turns"]]).all().all()
+    assert (skeleton["model_bytes"] < stepwise["model_bytes"]).all()
+    long = skeleton.index.str[-2:].astype(int) >= 10
+    assert (program.loc[long, "model_bytes"] < skeleton.loc[long, "model_bytes"]).all()
+    df = everything[variant != "skeleton"]
     n = df["task_id"].str[-2:].astype(int)
     assert len(df) == 16 and df["y_goal"].all() and (df["outcome"] == "completed").all()
     step, prog = df["mode"] == "step", df["mode"] == "program"
     assert step.sum() == prog.sum() == 8
     assert (df.loc[step, "round_trips"] == n[step]).all() and (df.loc[step, "model_turns"] == n[step] + 1).all()
     assert (df.loc[prog, "round_trips"] == 1).all() and (df.loc[prog, "model_turns"] == 2).all()
+
+
+def test_a_skeleton_is_derived_once_per_process_and_again_after_a_restart() -> None:
+    """Skeleton mode counts the whole surface's schemas at its first decision and after a lost process, and only
+    the next call's tool schema at every other step."""
+    import asyncio
+
+    from aft_bench.agents.program import Params, ProgramAgent, _bytes
+    from aft_bench.interface.tools import ToolSpec
+    from aft_bench.tasks.task import Brief, PlanStep, Script
+
+    specs = [ToolSpec(name, f"{name} a memo.", {"type": "object", "properties": {"memo_id": {"type": "string"}}},
+                      "business")
+             for name in ("get_memo", "archive_memo", "delete_memo")]
+    plan = (PlanStep(call="get_memo", args={"memo_id": "m1"}, read=True),
+            PlanStep(call="archive_memo", args={"memo_id": "m1"}))
+    agent = ProgramAgent(Params(mode="skeleton"), Script(plan=plan, oracle=()))
+    whole, get, archive = _bytes([t.schema() for t in specs]), _bytes(specs[0].schema()), _bytes(specs[1].schema())
+
+    async def play() -> list[int]:
+        sent = []
+        await agent.start(Brief(task_id="t", spec="archive m1", inputs={}), specs)
+        await agent.act(None)
+        sent.append(agent.usage().model_bytes)
+        await agent.restart(specs)  # the process lost its state: the skeleton is derived again
+        await agent.act(None)
+        sent.append(agent.usage().model_bytes)
+        return sent
+
+    assert asyncio.run(play()) == [whole + get, whole + get + whole + archive]
 
 
 def test_the_rtt_sweep_policy_switches_mode_and_the_report_shows_it(tmp_path) -> None:
@@ -238,6 +282,7 @@ def test_the_rtt_sweep_policy_switches_mode_and_the_report_shows_it(tmp_path) ->
     assert list(sweep["policy_mode"]) == ["step"] * 3 + ["program"] * 2
     assert (sweep["policy_gap_pct"] <= 0).all()
     assert (sweep["step_s"] < sweep["program_s"]).tolist() == [True, True, True, False, False]
+    assert (sweep["skeleton_s"] == sweep["step_s"]).all()  # on this clock a decision costs DEC however it is made
     assert sweep["ToolPro step (reference)"].tolist() == [14.50, 14.57, 15.30, 22.48, 30.50]  # shown, not used
     assert main(["analyze", str(out)]) == 0 and main(["report", str(out)]) == 0
     md = (out / "report" / "report.md").read_text()

@@ -1,5 +1,8 @@
 """The `program` agent: the task's plan as one tool program (`run_program`), as stepwise calls, or chosen per
-episode by ToolPro's consolidation policy (ToolPro's ablation: ToolPro-prog, ToolPro-step, ToolPro).
+episode by ToolPro's consolidation policy. ToolPro's ablation: `step` is its stepwise baseline (MWS: every
+decision is made with the whole tool context), `skeleton` its ToolPro-step (the call skeleton is derived once
+from the whole context, then each step only instantiates the next call from its tool's schema), `program` its
+ToolPro-prog and `policy` ToolPro itself.
 
 In program mode it submits the task's reference program where the task has one (calls that depend on what
 earlier reads return: bindings, loops, branches); otherwise each plan step becomes `CALL(tool, arguments, effect)` (READ for read-only steps, WRITE otherwise), with an
@@ -11,25 +14,32 @@ it predicts the saving of one program over N stepwise calls, dT = (N - 1)(RTT + 
 it is given (`rtt_ms`, `decision_ms`, `build_ms`) and the N calls of its plan, and runs a program only when
 dT > 0. ToolPro keeps the profile as moving averages over recent runs with a stepwise cold start; here the
 profile is a parameter, so one work unit still fully determines one attempt.
+
+An agent without a model sends no bytes to one; what a model would be sent is counted instead: by the loop, the
+whole surface's schemas per decision (`step`, `program`), or by this agent in `skeleton` mode (the surface's
+schemas once, then each step's tool schema), reported as `Usage.model_bytes`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.protocol import Action, Call, End, Usage
+from aft_bench.common.canonical import canonical_json
 from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief, Script
 
 
 class Params(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    mode: Literal["program", "step", "policy"] = Field(default="program", description="always a program, always "
-                                                       "stepwise calls, or ToolPro's consolidation policy")
+    mode: Literal["program", "step", "skeleton", "policy"] = Field(
+        default="program", description="always a program, always stepwise calls (with the whole tool context, or "
+        "skeleton-guided: each step from its own tool's schema), or ToolPro's consolidation policy")
     fail_after: int = Field(default=0, ge=0, description="first program fails after this many writes (0: never)")
     max_attempts: int = Field(default=3, ge=1, le=10, description="programs submitted before it gives up")
     rtt_ms: float | None = Field(default=None, ge=0, description="policy profile: client-server round trip")
@@ -49,6 +59,11 @@ class Params(BaseModel):
 def program_saves_ms(calls: int, rtt_ms: float, decision_ms: float, build_ms: float) -> float:
     """ToolPro's dT of consolidating `calls` stepwise calls into one program (positive: the program is faster)."""
     return (calls - 1) * (rtt_ms + decision_ms) - build_ms
+
+
+def _bytes(value: Any) -> int:
+    """UTF-8 bytes of a value's canonical JSON (as the interface measures the schemas it shows)."""
+    return len(canonical_json(value).encode("utf-8"))
 
 
 def _status(obs: Observation | None) -> tuple[str, str]:
@@ -91,16 +106,22 @@ class ProgramAgent:
         self.attempts = 0
         self.brief: Brief | None = None
         self.schemas: dict[str, dict[str, Any]] = {}
+        self.specs: dict[str, ToolSpec] = {}
+        self._usage = Usage()
+        self._skeleton = False  # skeleton mode: derived (the whole context sent once) since the last (re)start
 
     async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
         self.brief = brief
-        self.schemas = {t.name: t.parameters for t in surface}
+        await self.restart(surface)
 
     async def restart(self, surface: Sequence[ToolSpec]) -> None:
         self.schemas = {t.name: t.parameters for t in surface}
+        self.specs = {t.name: t for t in surface}
+        self._surface_bytes = _bytes([t.schema() for t in surface])
+        self._skeleton = False  # a process that lost its state derives the skeleton again
 
     def usage(self) -> Usage:
-        return Usage()
+        return self._usage
 
     def take_records(self) -> list[dict[str, Any]]:
         return []
@@ -144,6 +165,15 @@ class ProgramAgent:
             self._describing = missing[0]  # selective discovery: load each plan tool's schema first
             self._described.add(missing[0])
             return Call("describe_tool", {"name": missing[0]})
+        if self.mode == "skeleton":
+            action = self._step(observation)
+            sent = 0 if self._skeleton else self._surface_bytes  # the skeleton: the whole context, once
+            self._skeleton = True
+            if isinstance(action, Call):
+                spec = self.specs.get(action.tool)
+                sent += _bytes(spec.schema() if spec else {"name": action.tool})  # instantiate: its schema only
+            self._usage = replace(self._usage, model_bytes=self._usage.model_bytes + max(sent, 1))
+            return action
         if self.mode == "step":
             return self._step(observation)
         if "run_program" not in self.schemas:

@@ -250,9 +250,11 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
         "ToolPro RTT sweep (virtual clock)",
         "Mean seconds per episode on the virtual clock (decisions x DEC + round trips x RTT + programs x BUILD; "
         "decisions, round trips and programs measured from the runs; DEC and BUILD are the policy's declared "
-        "profile) for always-stepwise, always-program and the consolidation policy told that RTT; the mode it "
-        "chose and its gap to the better fixed mode. ToolPro's Table 3 is shown for reference only: measured "
-        "end to end against real services, including service time this clock leaves out." if sweep is not None
+        "profile) for always-stepwise (with the whole tool context; skeleton-guided, ToolPro-step, where run: it "
+        "makes the same calls and decisions, so on this clock it costs the same and differs only in traffic), "
+        "always-program and the consolidation policy told that RTT; the mode it chose and its gap to the better "
+        "fixed mode. ToolPro's Table 3 is shown for reference only: measured end to end against real services, "
+        "including service time this clock leaves out." if sweep is not None
         else "Not available: these results hold no runs of the `program` agent's policy mode.",
         sweep.map(_fmt) if sweep is not None else None,
         fig6.name if sweep is not None and _figure_sweep(sweep, fig6) else None))

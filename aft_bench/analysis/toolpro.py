@@ -31,9 +31,9 @@ TOOLPRO_VALUES = REFERENCE / "toolpro_values.toml"
 
 def rtt_sweep(rows: pd.DataFrame) -> pd.DataFrame | None:
     """ToolPro's RTT sweep from `program`-agent runs: at each RTT a policy run was told (with its DEC and BUILD),
-    the mean virtual latency of the stepwise runs, the program runs and that policy's runs, the mode the policy
-    chose, its gap to the better fixed mode, and ToolPro's Table 3 beside them (reference). None without
-    policy runs."""
+    the mean virtual latency of the stepwise runs (whole context, and skeleton-guided where run: ToolPro-step), the
+    program runs and that policy's runs, the mode the policy chose, its gap to the better fixed mode, and ToolPro's
+    Table 3 beside them (reference). None without policy runs."""
     runs = rows[rows["agent"] == "program"]
     if runs.empty:
         return None
@@ -48,12 +48,14 @@ def rtt_sweep(rows: pd.DataFrame) -> pd.DataFrame | None:
             lambda t: tuple(json.loads(t)[k] for k in ("rtt_ms", "decision_ms", "build_ms")))):
         rtt, dec, build = profile
         step = virtual_latency_s(runs[mode == "step"], rtt, dec, build).mean()
+        skeleton = virtual_latency_s(runs[mode == "skeleton"], rtt, dec, build).mean()  # NaN when not run
         prog = virtual_latency_s(runs[mode == "program"], rtt, dec, build).mean()
         pol = virtual_latency_s(group, rtt, dec, build).mean()
         best = min(step, prog)
         chose = "/".join(sorted(set(group["mode"])))
         r = ref.get(float(rtt), {})
-        out.append({"rtt_ms": rtt, "decision_ms": dec, "build_ms": build, "step_s": step, "program_s": prog,
+        out.append({"rtt_ms": rtt, "decision_ms": dec, "build_ms": build, "step_s": step, "skeleton_s": skeleton,
+                    "program_s": prog,
                     "policy_s": pol, "policy_mode": chose, "policy_gap_pct": 100 * (pol - best) / best,
                     "ToolPro step (reference)": r.get("step_s"), "ToolPro program (reference)": r.get("program_s"),
                     "ToolPro policy (reference)": r.get("policy_s")})

@@ -45,7 +45,10 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
             surface.note(record.pop("kind", "model_call"), **record)
         turns += 1
         now = agent.usage()
-        model += now.model_bytes - before.model_bytes if now.model_calls > before.model_calls else surface.shown_bytes
+        sent = now.model_bytes - before.model_bytes
+        # an agent with a model (or one that counts what it would send) reports its bytes, a turn answered from
+        # an earlier reply included; any other decision is counted as the surface's schemas sent again
+        model += sent if sent or now.model_calls else surface.shown_bytes
         before = now
         if isinstance(action, End):
             terminal = action
