@@ -79,6 +79,17 @@ def test_console_script_entry_point_runs() -> None:
     assert bad.returncode == 2 and "catalog size" in bad.stderr
 
 
+def test_a_reader_that_goes_away_is_not_an_error() -> None:
+    """`aft-bench ... | head`: the closed pipe ends the command quietly (141, as SIGPIPE would), no error line."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "aft_bench.cli", "catalog", "--size", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""
+
+
 def test_readme_documents_every_result_column_and_the_two_commands() -> None:
     """The README's column table is the row model, row for row, in order."""
     from aft_bench.episode.row import SCHEMA

@@ -492,6 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OutputError, EvidenceError) as exc:
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`aft-bench ... | head`): nothing to say, and say it quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141  # as a process ended by SIGPIPE
     except OSError as exc:  # a file-system problem no command anticipated: name the file, no traceback
         where = exc.filename if exc.filename is not None else "?"
         print(f"aft-bench: error: {where}: {_one_line(exc.strerror or str(exc))}", file=sys.stderr)
