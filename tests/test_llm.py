@@ -165,6 +165,26 @@ def test_malformed_model_actions_are_answered_and_counted_not_failures(server, t
     assert (rows["tool_calls"].to_numpy() >= 1).all()
 
 
+def test_a_forced_tool_choice_reaches_the_server_and_an_unset_one_leaves_run_keys_alone(server,
+                                                                                       tmp_path: Path) -> None:
+    """`tool_choice = "report_outcome"` goes out with every request (the offline model obeys it, as a real server
+    would: each episode ends at its first decision); unset, it is not sent and not in the agent spec, so results
+    recorded before the parameter existed keep their run keys."""
+    from aft_bench.agents.registry import agent_spec
+
+    base = server()
+    free, forced = tmp_path / "free", tmp_path / "forced"
+    assert main(["run", str(_config(tmp_path, f'model = "openai/fake-capability"\napi_base = "{base}"\n')),
+                 "--out", str(free)]) == 0
+    assert main(["run", str(_config(tmp_path, f'model = "openai/fake-capability"\napi_base = "{base}"\n'
+                                              'tool_choice = "report_outcome"\n')), "--out", str(forced)]) == 0
+    a, b = pd.read_parquet(free / "results.parquet"), pd.read_parquet(forced / "results.parquet")
+    assert (a["tool_calls"] > 0).all() and not a["agent_spec"].str.contains("tool_choice").any()
+    assert (b["tool_calls"] == 0).all() and (b["model_calls"] == 1).all() and (b["terminal_action"] == "escalate").all()
+    assert set(a["run_id"]).isdisjoint(b["run_id"])  # a set tool_choice is part of the run key
+    assert "tool_choice" not in agent_spec({"name": "llm", "model": "openai/x", "api_base": "offline"}).params
+
+
 def test_an_overclaiming_model_is_labelled_by_the_state_not_by_its_claim(server, tmp_path: Path) -> None:
     base = server()
     out = tmp_path / "out"

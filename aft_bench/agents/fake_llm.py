@@ -101,6 +101,13 @@ class FakeModel:
             raise ValueError(f"unknown fake model policy {policy!r}; known: {', '.join(POLICIES)}")
         messages = request["messages"]
         action = self._next(policy, messages, request.get("tools") or [])
+        forced = request.get("tool_choice")  # a named tool is obeyed as a real server would: that tool, always
+        if isinstance(forced, dict):
+            name = forced.get("function", {}).get("name")
+            chose = "report_outcome" if isinstance(action, End) else action[0] if isinstance(action, tuple) else \
+                action.tool
+            if name != chose:
+                action = End("escalate", "unknown") if name == "report_outcome" else (str(name), "{}")
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         if isinstance(action, End):
             name, args = "report_outcome", json.dumps({"action": action.action, "claim": action.claim or "unknown",

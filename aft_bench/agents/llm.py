@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tokens import count_tokens, litellm_module
@@ -67,12 +67,33 @@ class Params(BaseModel):
                                              "million tokens) for a model litellm does not price, e.g. self-hosted")
     output_usd_per_mtok: float | None = Field(default=None, ge=0, description="declared completion price; "
                                               "given together with input_usd_per_mtok")
+    tool_choice: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
+                                    description="'auto' or 'required' as the provider takes them, or a tool's name "
+                                    "forced on every turn (protocol smoke tests on servers without 'required'); "
+                                    "unset: not sent, the provider's default")
 
     @model_validator(mode="after")
     def _prices_together(self) -> Params:
         if (self.input_usd_per_mtok is None) != (self.output_usd_per_mtok is None):
             raise ValueError("input_usd_per_mtok and output_usd_per_mtok are declared together or not at all")
         return self
+
+    @model_serializer(mode="wrap")
+    def _spec(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The spec that goes into run keys: `tool_choice` came after results existed, so while unset it is left
+        out and those results keep their keys."""
+        data = handler(self)
+        if data.get("tool_choice") is None:
+            data.pop("tool_choice", None)
+        return data
+
+    def tool_choice_arg(self) -> dict[str, Any]:
+        """The request's `tool_choice`, if any."""
+        if self.tool_choice is None:
+            return {}
+        if self.tool_choice in ("auto", "required"):
+            return {"tool_choice": self.tool_choice}
+        return {"tool_choice": {"type": "function", "function": {"name": self.tool_choice}}}
 
     def pricing(self) -> dict[str, float]:
         """litellm's custom-pricing arguments for a declared price (per token), else none: litellm's own."""
@@ -224,7 +245,8 @@ class LLMAgent:
     def _request(self) -> dict[str, Any]:
         tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
         return {"model": self.params.model, "messages": self._messages, "tools": tools,
-                "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
+                "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
+                **self.params.tool_choice_arg()}
 
     async def _complete(self) -> dict[str, Any]:
         """One model decision, with the harness's retries; returns the reply message as a plain dict."""
