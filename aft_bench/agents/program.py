@@ -172,6 +172,8 @@ class ProgramAgent:
             if isinstance(action, Call):
                 spec = self.specs.get(action.tool)
                 sent += _bytes(spec.schema() if spec else {"name": action.tool})  # instantiate: its schema only
+            # at least one byte: a decision with nothing new to send (the end) is still counted by this agent,
+            # not by the loop as the whole surface sent again
             self._usage = replace(self._usage, model_bytes=self._usage.model_bytes + max(sent, 1))
             return action
         if self.mode == "step":
