@@ -77,6 +77,7 @@ concurrency = {args.concurrency}
             wall = time.perf_counter() - t0
             df = pd.read_parquet(out / "results.parquet")
         calls = int(df["model_calls"].sum())
+        served_cpu = _cpu_s(server.pid)
         alone_wall, alone_cpu = litellm_alone(url, calls, args.concurrency, args.price)
     finally:
         server.terminate()
@@ -89,6 +90,13 @@ concurrency = {args.concurrency}
     print(f"litellm alone, the same {calls} calls from {args.concurrency} callers on one loop, no harness: "
           f"wall {alone_wall:.2f} s, ratio {alone_wall / ideal:.3f}, {alone_cpu / calls * 1000:.1f} ms CPU per call")
     print(f"harness overhead over litellm alone: {(wall / alone_wall - 1) * 100:+.1f} %")
+    print(f"the offline model's own process (on the same cores): {served_cpu / calls * 1000:.1f} ms CPU per call")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def litellm_alone(url: str, calls: int, concurrency: int, price: bool) -> tuple[float, float]:
