@@ -50,29 +50,22 @@ def main() -> None:
         wait_for_port(port, 300.0, alive=lambda: server.poll() is None)
         with tempfile.TemporaryDirectory() as tmp:
             cfg = Path(tmp) / "smoke.toml"
+            agent = f'''[[experiment.agents]]
+name = "llm"
+model = "openai/smollm2-135m"
+api_base = "http://127.0.0.1:{port}/v1"
+max_turns = 6
+max_tokens = 256
+concurrency = 1
+timeout_s = 300
+'''
             cfg.write_text(f'''[experiment]
 id = "llm_smoke"
 comparisons = ["duplicate_effects"]
 tasks_per_workload = {max(1, args.episodes // 2)}
 
-[[experiment.agents]]
-name = "llm"
-model = "openai/smollm2-135m"
-api_base = "http://127.0.0.1:{port}/v1"
-max_turns = 6
-max_tokens = 256
-concurrency = 1
-timeout_s = 300
-
-[[experiment.agents]]
-name = "llm"
-model = "openai/smollm2-135m"
-api_base = "http://127.0.0.1:{port}/v1"
-max_turns = 6
-max_tokens = 256
-concurrency = 1
-timeout_s = 300
-tool_choice = "report_outcome"
+{agent}
+{agent}tool_choice = "report_outcome"
 ''')
             out = Path(tmp) / "out"
             run = subprocess.run([str(EXE), "run", str(cfg), "--out", str(out), "--worlds", str(ROOT / "worlds")],

@@ -103,19 +103,9 @@ class FakeModel:
         action = self._next(policy, messages, request.get("tools") or [])
         forced = request.get("tool_choice")  # a named tool is obeyed as a real server would: that tool, always
         if isinstance(forced, dict):
-            name = forced.get("function", {}).get("name")
-            chose = "report_outcome" if isinstance(action, End) else action[0] if isinstance(action, tuple) else \
-                action.tool
-            if name != chose:
-                action = End("escalate", "unknown") if name == "report_outcome" else (str(name), "{}")
+            action = self._obey(action, str(forced.get("function", {}).get("name")))
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        if isinstance(action, End):
-            name, args = "report_outcome", json.dumps({"action": action.action, "claim": action.claim or "unknown",
-                                                      "evidence": "from the tool results above"})
-        elif isinstance(action, tuple):  # noise of the `invalid` policy
-            name, args = action
-        else:
-            name, args = action.tool, json.dumps(action.args, sort_keys=True)
+        name, args = self._tool_call(action)
         prompt = len(json.dumps(messages)) // 4 + len(json.dumps(request.get("tools") or [])) // 4
         return {"id": f"fake-{turn}", "object": "chat.completion", "created": 0, "model": request.get("model"),
                 "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -124,6 +114,24 @@ class FakeModel:
                                     "function": {"name": name, "arguments": args}}]}}],
                 "usage": {"prompt_tokens": prompt, "completion_tokens": 8 + len(args) // 4,
                           "total_tokens": prompt + 8 + len(args) // 4}}
+
+    @staticmethod
+    def _tool_call(action: Action | tuple) -> tuple[str, str]:
+        """The (name, JSON arguments) an action is sent as; a tuple is the `invalid` policy's noise, as is."""
+        if isinstance(action, End):
+            return "report_outcome", json.dumps({"action": action.action, "claim": action.claim or "unknown",
+                                                 "evidence": "from the tool results above"})
+        if isinstance(action, tuple):
+            return action
+        return action.tool, json.dumps(action.args, sort_keys=True)
+
+    @classmethod
+    def _obey(cls, action: Action | tuple, forced: str) -> Action | tuple:
+        """The action under a forced tool choice: unchanged if it is that tool, else a report that it could not
+        act (`report_outcome` forced) or that tool with empty arguments."""
+        if cls._tool_call(action)[0] == forced:
+            return action
+        return End("escalate", "unknown") if forced == "report_outcome" else (forced, "{}")
 
     def _next(self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Action | tuple:
         system, user = messages[0]["content"], messages[1]["content"]

@@ -98,10 +98,10 @@ def _suite(p: Path, data: dict[str, Any], worlds: Path) -> str:
 
 
 def _templates(p: Path, data: dict[str, Any], worlds: Path) -> str:
-    from aft_bench.routing.suites import HELD_OUT_2, SHAPES, generate
+    from aft_bench.routing.suites import HELD_OUT, SHAPES, generate
 
-    held_out = "l3x" if p.name == HELD_OUT_2.name else "l3h"  # a held-out file makes only its own suite
-    names = [n for n in SHAPES if n not in ("l3h", "l3x")] if "lite" in data else [held_out]
+    held_out = next((n for n, f in HELD_OUT.items() if f.name == p.name), "l3h")  # it makes only its own suite
+    names = [n for n in SHAPES if n not in HELD_OUT] if "lite" in data else [held_out]
     return ", ".join(f"{name} {len(generate(name, p).cases)} cases" for name in names)
 
 

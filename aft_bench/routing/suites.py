@@ -25,8 +25,8 @@ SHAPES: dict[str, tuple[int, int, int, str]] = {
     "l3h": (25, 500, 4, "held out: l3's phenomena in phrasings written after the reranker was frozen"),
     "l3x": (25, 500, 5, "held out: l3's phenomena in requests written before the embedding ranker existed"),
 }
-HELD_OUT = ROUTING / "templates_heldout.toml"  # the templates of l3h, never used to change the reranker
-HELD_OUT_2 = ROUTING / "templates_heldout2.toml"  # the templates of l3x, never used to change any ranker
+# held-out suite -> its own templates: l3h's never used to change the reranker, l3x's never to change any ranker
+HELD_OUT: dict[str, Path] = {"l3h": ROUTING / "templates_heldout.toml", "l3x": ROUTING / "templates_heldout2.toml"}
 
 
 class _Phrasings(BaseModel):
@@ -100,7 +100,7 @@ def load_suite(name_or_path: str) -> Suite:
 def generate(name: str, templates: Path | None = None) -> Suite:
     """Suite `name`, generated from the vocabulary and the templates (same input, same suite)."""
     n, size, seed, description = SHAPES[name]
-    templates = templates or {"l3h": HELD_OUT, "l3x": HELD_OUT_2}.get(name, TEMPLATES)
+    templates = templates or HELD_OUT.get(name, TEMPLATES)
     t = validate(Templates, read_toml(templates), templates).model_dump()
     if name in ("lite", "l2") and t[name] is None:
         raise InputError(templates, name, None, f"suite {name} needs its [{name}] phrasings")
