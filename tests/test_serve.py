@@ -96,7 +96,7 @@ def test_a_lost_response_then_a_retry_is_labelled_as_the_same_calls_through_the_
     assert results[0].is_error and "timeout" in results[0].content[0].text  # the response was lost after commit
     assert not results[1].is_error and results[2].content[0].text.startswith("OK: outcome reported")
     row = pd.read_parquet(tmp_path / "out" / "results.parquet").iloc[0].to_dict()
-    assert row["agent"] == "mcp" and row["model"].startswith("mcp/")
+    assert row["agent"] == "mcp" and row["client"].startswith("mcp/") and row["model"] == "unknown"
     expected = _harness_labels(LOST, calls, end)
     assert {k: (None if pd.isna(row[k]) else row[k]) for k in expected} == expected
     assert row["duplicate_effects"] == 1 and row["outcome"] == "unsafely_committed"
@@ -134,18 +134,23 @@ def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path)
     after = [("charge_payment", CHARGE), ("report_outcome", {"action": "finish", "claim": "success"})]
     _, results, served = asyncio.run(_episode(tmp_path / "out", LOST, calls, {"action": "abort", "claim": "failure"},
                                               after))
-    assert [r.is_error for r in results] == [True, True, True, True, False, True, True]
+    # malformed calls are errors; after the report a call is a normal result saying the episode is over
+    assert [r.is_error for r in results] == [True, True, True, True, False, False, False]
     assert "limit is" in results[2].content[0].text
-    assert all("already reported" in r.content[0].text for r in results[5:])  # after the report: refused
+    assert 'report_outcome.action = "celebrate" is not one of' in results[3].content[0].text  # field and value
+    assert all(r.content[0].text.startswith("The episode is over") for r in results[5:])
     row = served.row
     trace = [json.loads(ln) for ln in (tmp_path / "out" / "traces" / f"{row['run_id']}.jsonl").read_text().splitlines()]
     kinds = [e["kind"] for e in trace]
-    assert kinds.count("tool_call") == 3  # neither the oversized call nor the late ones became actions
+    assert kinds.count("tool_call") == 2  # neither the oversized call, the bad report nor the late ones became actions
     rejected = [e["data"] for e in trace if e["kind"] == "mcp_rejected"]
-    assert [r["reason"] for r in rejected] == ["arguments too large", "after report_outcome", "after report_outcome"]
-    assert [r["tool"] for r in rejected[1:]] == ["charge_payment", "report_outcome"]
+    assert [r["reason"] for r in rejected] == ["arguments too large", "invalid report_outcome", "after report_outcome",
+                                               "after report_outcome"]
+    assert [r["tool"] for r in rejected[2:]] == ["charge_payment", "report_outcome"]
     assert kinds.index("terminal") > max(i for i, k in enumerate(kinds) if k == "mcp_rejected")  # traced, then sealed
-    assert (row["terminal_action"], row["terminal_claim"], row["tool_calls"]) == ("abort", "failure", 3)
+    assert (row["terminal_action"], row["terminal_claim"]) == ("abort", "failure")
+    # what the trace shows as malformed: an unknown tool, bad arguments, oversized arguments, a bad report
+    assert row["invalid_tool_calls"] == 4
     gone = asyncio.run(served.call("charge_payment", CHARGE))  # the session is over: nothing reaches the world
     assert gone[2] and "episode_ended" in gone[0]
 
@@ -188,15 +193,22 @@ def test_serve_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:
     assert row["outcome"] == "completed" and row["duplicate_effects"] == 0
 
 
-def test_the_readme_client_config_starts_a_server_the_sdk_client_can_play(tmp_path: Path) -> None:
-    """The `mcpServers` snippet of the README (the config shape of desktop and command-line agents), taken from
-    the README and launched as a client would launch it (command + args, in the client's working directory)."""
+def test_the_readme_client_config_starts_a_server_the_sdk_client_can_play(tmp_path: Path, capsys) -> None:
+    """The README's `--client-config` line, run as written, prints an `mcpServers` entry (the config shape of
+    desktop and command-line agents) that a client launches from any folder, with no aft-bench on its PATH."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"```json\n(\{\"mcpServers\".*?)```", text, re.S)
-    assert block is not None, "the README lost its client config snippet"
-    entry = json.loads(block.group(1))["mcpServers"]["aft-bench"]
-    assert entry["command"] == "aft-bench"  # installed on PATH by `make`; here: this venv's entry point
-    params = StdioServerParameters(command=EXE, args=entry["args"], cwd=str(tmp_path))
+    line = next((ln.split("  #")[0].strip() for ln in text.splitlines()
+                 if ln.startswith("aft-bench serve ") and "--client-config" in ln), None)
+    assert line is not None, "the README lost its --client-config line"
+    assert '{"mcpServers": {"aft-bench": {"command"' in text  # and the shape it prints
+    argv = [a.replace("results/served", str(tmp_path / "served")) for a in line.split()[1:]]
+    assert main(argv) == 0
+    entry = json.loads(capsys.readouterr().out)["mcpServers"]["aft-bench"]
+    assert Path(entry["command"]).is_absolute() and Path(entry["command"]).exists()
+    elsewhere = tmp_path / "client-cwd"
+    elsewhere.mkdir()
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(elsewhere),
+                                   env={"PATH": "/usr/bin:/bin"})  # the client's own PATH: no venv on it
 
     async def play() -> tuple:
         async with Client(params) as client:
@@ -206,13 +218,15 @@ def test_the_readme_client_config_starts_a_server_the_sdk_client_can_play(tmp_pa
 
     prompt, end = asyncio.run(play())
     assert "Task id: rl-01-o1" in prompt.messages[0].content.text and not end.is_error
-    out = tmp_path / entry["args"][entry["args"].index("--out") + 1]
+    out = Path(entry["args"][entry["args"].index("--out") + 1])
     for _ in range(50):
         if (out / "results.parquet").exists():
             break
         time.sleep(0.1)
     row = pd.read_parquet(out / "results.parquet").iloc[0]
     assert (row["condition"], row["terminal_action"], row["agent"]) == ("I5", "escalate", "mcp")
+    assert json.loads(row["agent_spec"])["agent"] == "my-agent"
+    assert not any(elsewhere.iterdir())  # nothing written where the client happened to start it
 
 
 def test_serve_over_http_on_loopback(tmp_path: Path) -> None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from aft_bench import __version__
 from aft_bench.common.errors import CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError
@@ -201,89 +200,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    import anyio
-
-    from aft_bench.serving.record import ServedDirectory
-    from aft_bench.serving.server import Served, Target, build_server
-
-    worlds = _worlds_dir(args.worlds)
-    target = Target(args.workload, args.task, args.condition, args.fault, args.seed, args.backend, args.catalog_size)
-    if args.show_task:
-        from aft_bench.serving.server import task_text
-
-        print(task_text(target, worlds))
-        return 0
-    if args.out is None:
-        raise InputError("--out", "--out", None, "serve records its episode: give --out DIR")
-
-    async def serve() -> None:
-        with ServedDirectory(Path(args.out), worlds) as directory:
-            served = Served(target, worlds, directory)
-            server = build_server(served)
-            if args.transport == "stdio":
-                from mcp.server.stdio import stdio_server
-
-                async with stdio_server() as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
-            else:
-                import uvicorn
-
-                app = server.streamable_http_app(host=args.host)
-                config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
-                print(f"serving {target.workload}/{target.task_id} under {target.condition} on "
-                      f"http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-                # SIGTERM stops the server (uvicorn shuts down and the lifespan records the episode); uvicorn
-                # then re-raises the signal, which this handler lets pass so the run ends with exit 0
-                signal.signal(signal.SIGTERM, lambda *_: None)
-                await uvicorn.Server(config).serve()
-                await served.finish()
-            if served.row is not None:
-                print(f"aft-bench: episode recorded as run {served.row['run_id']} in {args.out}", file=sys.stderr)
-
-    anyio.run(serve)
-    return 0
-
-
-def cmd_serve_matrix(args: argparse.Namespace) -> int:
-    """Play every tuple of a config with an external MCP client: per tuple a fresh HTTP server, then the
-    client command (with AFT_BENCH_MCP_URL set), then the server stops and the episode is recorded."""
-    import shlex
-    import subprocess
-
-    from aft_bench.common.net import free_port, wait_for_port
-    from aft_bench.experiment.config import load_matrix
-
-    worlds = _worlds_dir(args.worlds)
-    matrix = load_matrix(args.config, worlds)
-    tuples = list(dict.fromkeys((c.workload, c.task_id, c.condition, c.fault, c.fault_seed, c.backend,
-                                 c.catalog_size, c.rep) for c in matrix.cells))
-    exe = str(Path(sys.executable).with_name("aft-bench"))
-    played = 0
-    for wl, task, cond, fault, seed, backend, size, _rep in tuples:
-        port = free_port()
-        cmd = [exe, "serve", "--workload", wl, "--task", task, "--condition", cond, "--fault", fault, "--seed",
-               str(seed), "--backend", backend, "--transport", "http", "--port", str(port), "--out", args.out,
-               "--worlds", str(worlds)] + (["--catalog-size", str(size)] if size is not None else [])
-        server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        try:
-            if not wait_for_port(port, 10.0, alive=lambda: server.poll() is None) and server.poll() is not None:
-                raise InputError("--out", "serve", " ".join(cmd[1:4]), (server.stderr.read() or "").strip()[:300])
-            env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
-            try:
-                subprocess.run(args.client_cmd if args.shell else shlex.split(args.client_cmd), env=env,
-                               shell=args.shell, timeout=args.timeout, check=False)
-            except subprocess.TimeoutExpired:
-                print(f"aft-bench: client timed out on {wl}/{task} {cond}; the episode ends unresolved", file=sys.stderr)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-        played += 1
-        print(f"{played}/{len(tuples)}  {wl}/{task}  {cond}  {fault}", flush=True)
-    print(f"results: {Path(args.out) / 'results.parquet'}")
-    return 0
-
-
 def cmd_fake_llm(args: argparse.Namespace) -> int:
     from aft_bench.agents.fake_llm import FAILURES, POLICIES, FakeModel, index_tasks, serve
 
@@ -417,31 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aft_bench.cli.routing import add_parsers
 
     add_parsers(sub, g)
-    sv = sub.add_parser("serve", help="serve one faulted episode over MCP to an external agent; record it in --out")
-    sv.add_argument("--workload", required=True)
-    sv.add_argument("--task", required=True)
-    sv.add_argument("--condition", required=True)
-    sv.add_argument("--fault", help="the task's fault variant (default: its first)")
-    sv.add_argument("--seed", type=int, default=0)
-    sv.add_argument("--backend", choices=["memory", "sqlite"], default="memory")
-    sv.add_argument("--catalog-size", type=int, help="discovery workloads: the catalog size")
-    sv.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8765)
-    sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
-    sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
-    sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
-    sv.set_defaults(func=cmd_serve)
+    from aft_bench.cli.serving import add_parsers as add_serving
 
-    sm = sub.add_parser("serve-matrix", help="play every tuple of a config with an external MCP client command")
-    sm.add_argument("config")
-    sm.add_argument("--out", required=True)
-    sm.add_argument("--client-cmd", required=True,
-                    help="run once per tuple, with AFT_BENCH_MCP_URL set to that tuple's server")
-    sm.add_argument("--shell", action="store_true", help="run the client command through the shell")
-    sm.add_argument("--timeout", type=float, default=600.0, help="seconds per tuple before the client is stopped")
-    sm.add_argument("--worlds", help="worlds directory (default: ./worlds)")
-    sm.set_defaults(func=cmd_serve_matrix)
+    add_serving(sub, _worlds_dir)
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")

@@ -4,9 +4,10 @@ writer, the audit and the README's column table (a test keeps the README equal t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from aft_bench.common.canonical import canonical_json
 from aft_bench.episode.episode import EpisodeResult
@@ -91,6 +92,8 @@ _COLUMNS = (
            "hash of the evidence-freeze lock the run was made under (null if the config is not frozen)"),
     Column("code_version", "str", "provenance", "package version + git sha (+ .dirty) of the code that made the run"),
     Column("session", "int", "provenance", "runner session (1 = first run into this directory, 2 = first resume, ...)"),
+    Column("client", "str?", "provenance",
+           "the MCP client's name/version from its handshake (served episodes; null for every other agent)"),
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
@@ -163,6 +166,7 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "wall_s": round(wall_s, 6),
         "trace_head": result.trace_head,
         **hashes,
+        "client": None,
     }
 
 

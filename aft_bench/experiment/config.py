@@ -115,13 +115,14 @@ class Matrix:
         return self.experiment.model_dump(mode="json", exclude=SPEND_FIELDS)
 
 
-def load_matrix(path: str | Path, worlds_dir: Path) -> Matrix:
-    """Read and validate a config and expand it; any error is an InputError naming file, field, value."""
+def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Matrix:
+    """Read and validate a config and expand it; any error is an InputError naming file, field, value.
+    `served`: the config is played by `serve-matrix`, so an external MCP agent (`mcp`) may be listed."""
     p = Path(path)
     exp = validate(ConfigFile, read_toml(p), p).experiment
     agents = tuple(agent_spec(raw, p, f"experiment.agents.{i}") for i, raw in enumerate(exp.agents))
     for i, spec in enumerate(agents):
-        if spec.kind.surface != "interface":
+        if spec.kind.surface != "interface" and not (served and spec.kind.surface == "served"):
             raise InputError(p, f"experiment.agents.{i}.name", spec.name,
                              "this agent drives the raw pipeline (calibration only)" if spec.kind.surface == "raw"
                              else "this agent is an external MCP client: use `aft-bench serve`")

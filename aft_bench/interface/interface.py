@@ -275,7 +275,8 @@ class Interface:
             self._reset_loaded()  # the agent's context went with its process
             return Observation(None, lost=True)
         if d.transport == "dropped" or (d.transport == "interrupted" and not lifecycle):
-            return Observation({"status": "timeout"} if m.structured else "TIMEOUT: no response")
+            return Observation({"status": "timeout"} if m.structured else "TIMEOUT: no response",
+                               dropped=d.transport == "dropped")
         if d.transport == "interrupted":
             if not m.structured:
                 return Observation(f"INTERRUPTED: {d.invocation}{' resumable' if m.resume else ''}")

@@ -24,10 +24,13 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Observation:
-    """What one tool call shows the agent; `lost` means the agent's process lost its local state."""
+    """What one tool call shows the agent; `lost` means the agent's process lost its local state. `dropped`
+    marks the timeout shown for a response lost after it was generated (a transport fact: a server that withholds
+    the response instead, `serve --response-loss transport`, reads it; agents see only `content`)."""
 
     content: Any
     lost: bool = False
+    dropped: bool = False
 
 
 class Surface(Protocol):

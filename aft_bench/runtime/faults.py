@@ -116,7 +116,8 @@ def load_schedule(path: str | Path) -> FaultSchedule:
 
 @dataclass(frozen=True)
 class PlannedFault:
-    """A fault with every random choice fixed: it targets the `occurrence`-th invocation of `op`."""
+    """A fault with every random choice fixed: it targets the `occurrence`-th well-formed invocation of `op` (one
+    the backend resolved: a call with invalid arguments or an unknown record arms nothing)."""
 
     index: int
     kind: str

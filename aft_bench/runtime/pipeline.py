@@ -195,8 +195,9 @@ class Pipeline:
                           guards=_guards(req.guards))
         inv = Invocation(inv_id, req, resolved, effect_id)
         self.runtime.checkpoint(inv)
-        for f in self.injector.on_new_invocation(req.op, inv_id):
-            self.trace.append("fault_armed", fault=f.index, kind=f.kind, inv=inv_id)
+        if resolved is not None:  # a fault arms only on a call the backend accepted as well-formed
+            for f in self.injector.on_new_invocation(req.op, inv_id):
+                self.trace.append("fault_armed", fault=f.index, kind=f.kind, inv=inv_id)
 
         self._stage(inv, Stage.REQUEST_ACCEPTED)
         if error is None and op is not None and not self.backend.authorized(req.principal, op.permission):

@@ -23,8 +23,9 @@ SERVE_HASH = digest({"aft-bench": "served episodes"})  # the config identity eve
 class ServedDirectory:
     """A run directory receiving served episodes; `record` makes one episode's row durable."""
 
-    def __init__(self, out: Path, worlds_dir: Path) -> None:
+    def __init__(self, out: Path, worlds_dir: Path, session: bool = True) -> None:
         self.out = out
+        self._open_session = session  # False: only make (or check) the directory, as serve-matrix does first
         self.worlds_dir = worlds_dir
         self._dir = RunDirectory(out)
         self.journal: Journal | None = None
@@ -44,7 +45,8 @@ class ServedDirectory:
                 self._write_manifest([])
             self.journal = Journal(self.out / "journal.jsonl")
             (self.out / "traces").mkdir(exist_ok=True)
-            self.session = self._dir.start_session(0)
+            if self._open_session:
+                self.session = self._dir.start_session(0)
         except OSError as exc:
             self._dir.__exit__()
             raise OutputError(self.out, exc) from None
@@ -71,6 +73,10 @@ class ServedDirectory:
             write_parquet(self.journal.rows, self.out / "results.parquet")
         except OSError as exc:
             raise OutputError(self.out, exc) from None
+
+    def quarantine(self, run_id: str) -> None:
+        """Move an abandoned episode's partial trace (and database) aside, never deleting it."""
+        self._dir.quarantine([run_id], self.session)
 
     def _write_manifest(self, run_ids: list[str]) -> None:
         manifest = {"kind": "served", "config_path": "", "config_hash": SERVE_HASH,

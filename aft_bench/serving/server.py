@@ -4,15 +4,25 @@ The served tools are the interface's tools for the condition, with their schemas
 every call goes through the same stage pipeline, fault schedule and trace as a harness run, because the
 client is the `mcp` agent on the one episode loop. The task is also an MCP prompt (`task`). Effect semantics
 become tool annotations where the condition is effect-aware (absent under legacy effects); structured results
-become structured content. The episode starts with the client's first request and ends when the
-session does (the client disconnects or the server stops); `report_outcome` fixes its decision, and calls after
-it are refused and traced. It is then labelled and recorded like any run.
+become structured content.
+
+Selective discovery is served in one of two forms (part of the agent spec): `dynamic`, where a tool that
+`describe_tool` returned joins `tools/list` and the server announces the change (`notifications/tools/list_changed`
+on handshake-era sessions, a `subscriptions/listen` stream under 2026-07-28), or `facade`, a stable list with a
+`call_tool(name, arguments)` meta-tool for clients that freeze their list at connect. Either way a business tool
+is callable only once described, exactly as the condition defines.
+
+One server plays one episode: the first session to ask owns it, any other is refused. The episode ends when
+that session does (the stdio client exits, the HTTP session is deleted, the server stops); `report_outcome`
+fixes its decision, and calls after it are answered "the episode is over" and traced as refused. It is then
+labelled and recorded like any run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
@@ -21,8 +31,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from pydantic import ValidationError
+
 from aft_bench.agents.llm import REPORT
-from aft_bench.agents.mcp_client import MAX_ARGS_CHARS, McpAgent
+from aft_bench.agents.mcp_client import AFTER_REPORT, MAX_ARGS_CHARS, McpAgent, Params
+from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError
 from aft_bench.episode.episode import run_episode
@@ -58,6 +71,20 @@ TASK_TOOLS = {
 TASK_ARGS = {"type": "object", "required": ["task_id"], "additionalProperties": False,
              "properties": {"task_id": {"type": "string", "description": "taskId from an interrupted result"}}}
 READ_ONLY_LIFECYCLE = {"get_invocation_status", "list_invocations", "verify_effect", "search_tools", "describe_tool"}
+# The facade form's one stable entry point to business tools (selective discovery for clients that freeze their
+# tool list); the tool still has to be described first.
+FACADE = ToolSpec("call_tool", "Call a business tool by name with its arguments. Find it with search_tools and "
+                  "load it with describe_tool first; its schema says what the arguments are.",
+                  {"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+                   "properties": {"name": {"type": "string", "description": "The tool's name."},
+                                  "arguments": {"type": "object", "description": "Its arguments."}}}, "discovery")
+# Handshake names that say nothing about the agent (SDK defaults): without --agent they earn a warning.
+GENERIC_CLIENTS = frozenset({"mcp", "unknown", "fastmcp", "mcp-client", "client", "python-sdk", "typescript-sdk"})
+WITHHELD = object()  # `_submit`'s answer when the response is lost on the transport: nothing is sent
+
+
+class Refused(Exception):
+    """A request this server will not serve (another session's); the handler turns it into an MCP error."""
 
 
 @dataclass(frozen=True)
@@ -73,12 +100,35 @@ class Target:
     catalog_size: int | None = None
 
 
-class Served:
-    """One served episode: started by the client's first request, recorded when it ends."""
+@dataclass(frozen=True)
+class Owner:
+    """Who may play the episode: one stream (stdio, in memory), one HTTP session, or the sessionless 2026-07-28
+    HTTP wire (which cannot tell two clients apart); `ends` says when its episode is recorded."""
 
-    def __init__(self, target: Target, worlds_dir: Path, directory: ServedDirectory | None = None) -> None:
+    key: str
+    ends: str
+
+
+def mcp_params(options: dict[str, Any], field: str = "--agent") -> Params:
+    """The served agent's parameters from what the person serving gave; a bad value names its flag."""
+    try:
+        return Params.model_validate(options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else field
+        raise InputError(f"--{name.replace('_', '-')}", f"--{name.replace('_', '-')}", err.get("input"),
+                         err["msg"]) from None
+
+
+class Served:
+    """One served episode: started by the owner's first request, recorded when its session ends."""
+
+    def __init__(self, target: Target, worlds_dir: Path, directory: ServedDirectory | None = None,
+                 agent: dict[str, Any] | None = None) -> None:
         self.target = target
         self.directory = directory
+        self.options = {k: v for k, v in (agent or {}).items() if v is not None}
+        self.form = mcp_params(self.options).discovery_form  # validated now: a bad flag fails before serving
         self.ctx = SimpleNamespace(workloads=load_workloads(worlds_dir), conditions=load_conditions())
         wl = self.ctx.workloads.get(target.workload, "--workload", "--workload")
         task = next((t for t in wl.tasks if t.id == target.task_id), None)
@@ -97,23 +147,47 @@ class Served:
             raise InputError("--catalog-size", "--catalog-size", target.catalog_size,
                              f"this workload needs one of {list(wl.info.catalog_sizes)}")
         self.world = world_for(wl, task, target.catalog_size, target.seed)
+        self.facade = self.form == "facade" and self.mechanisms.discovery == "selective"
         self.agent: McpAgent | None = None
+        self.params: Params | None = None
         self.episode: asyncio.Task[dict[str, Any]] | None = None
         self.ready = asyncio.Event()
         self.row: dict[str, Any] | None = None
         self.run_id: str | None = None
+        self.owner: Owner | None = None
+        self.client: str | None = None
         self.cancelled: set[str] = set()
+        self.announced: tuple[str, ...] = ()  # the tool names the client was last told of
+        self.abandoned = False
 
     # -- the episode --------------------------------------------------------------------------------------
-    async def start(self, client: str) -> None:
-        """Start the episode for `client` (once); returns when the agent has been shown the surface."""
+    def key(self, client: str) -> dict[str, Any]:
+        """The run key of this tuple for the agent as named (or, unnamed, as its handshake says)."""
+        t = self.target
+        params = mcp_params({"agent": client, **self.options})
+        spec = AgentSpec("mcp", canonical_json(params.model_dump(mode="json")))
+        return {"world": self.world.id, "backend": t.backend, "workload": t.workload, "task_id": t.task_id,
+                "condition": t.condition, "fault": t.fault, "fault_seed": t.seed, "catalog_size": t.catalog_size,
+                "agent": "mcp", "agent_spec": spec.json, "model": spec.model}
+
+    async def start(self, client: str, owner: Owner) -> None:
+        """Start the episode for its owner (once); returns when the agent has been shown the surface. Any other
+        session is refused."""
+        if self.owner is None:
+            self.owner = owner
+        elif owner.key != self.owner.key:
+            raise Refused("this server plays one episode, and another session owns it; start another server "
+                          "for another episode (serve-matrix starts one per tuple)")
         if self.episode is None:
-            t = self.target
+            if self.abandoned:
+                raise Refused("this episode was abandoned and will not be recorded")
             assert self.directory is not None, "a served episode needs a directory to be recorded in"
-            spec = canonical_json({"name": "mcp", "client": client})
-            key = {"world": self.world.id, "backend": t.backend, "workload": t.workload, "task_id": t.task_id,
-                   "condition": t.condition, "fault": t.fault, "fault_seed": t.seed, "catalog_size": t.catalog_size,
-                   "agent": "mcp", "agent_spec": spec, "model": client}
+            self.client = client
+            if "agent" not in self.options and client.split("/", 1)[0].lower() in GENERIC_CLIENTS:
+                print(f"aft-bench: the client introduced itself as {client!r}, which does not name the agent under "
+                      f"test; give --agent NAME (and --model ID) so that different agents are not taken for "
+                      f"repetitions of one another", file=sys.stderr, flush=True)
+            key = self.key(client)
             cell = Cell(**key, rep=self.directory.repetitions_of(key))
             self.run_id = cell.run_id
             self.episode = asyncio.create_task(self._play(cell))
@@ -128,38 +202,72 @@ class Served:
             starting = asyncio.ensure_future(run_episode(setup, agent))
             while not agent.surface and not starting.done():
                 await asyncio.sleep(0)
+            self.announced = tuple(t.name for t in self.tools())
             self.ready.set()
             try:
                 result = await starting
             finally:
                 agent.abandon("the episode has ended")
-        row = episode_row(cell.key(), cell.run_id, self.mechanisms.to_dict(), result, time.perf_counter() - t0, hashes)
-        self.directory.record(row)
+        row = {**episode_row(cell.key(), cell.run_id, self.mechanisms.to_dict(), result, time.perf_counter() - t0,
+                             hashes), "client": self.client}
+        self.directory.record(row)  # type: ignore[union-attr]
         self.row = row
         return row
 
     async def finish(self) -> None:
-        """The client went away: end the episode without a decision (if it is still running) and record it."""
+        """The owner's session ended: end the episode without a decision (if it is still running) and record it."""
         if self.episode is None:
             return
         if self.agent is not None and not self.episode.done():
             self.agent.inbox.put_nowait(None)
         await self.episode
 
+    async def abandon(self) -> None:
+        """Record nothing: the client failed (serve-matrix says so); the partial trace goes to quarantine."""
+        self.abandoned = True
+        if self.episode is None or self.episode.done():
+            return
+        self.episode.cancel()
+        try:
+            await self.episode
+        except asyncio.CancelledError:
+            pass
+        if self.directory is not None and self.run_id is not None:
+            self.directory.quarantine(self.run_id)
+
     # -- what the client sees ---------------------------------------------------------------------------
     def tools(self) -> list[Any]:
+        """tools/list: what the client may call now (the surface, then what it described, in dynamic form)."""
         import mcp.types as mt
 
         assert self.agent is not None
-        out = [mt.Tool(name=s.name, description=s.description, input_schema=s.parameters,
+        specs = self.agent.surface + [FACADE] if self.facade else self.agent.callable_tools()
+        out = [mt.Tool(name=s.name, description=s.description, input_schema=self._input_schema(s),
                        output_schema=RESULT_SCHEMA if self.mechanisms.structured else None,
-                       annotations=self._annotations(s)) for s in self.agent.surface]
+                       annotations=self._annotations(s)) for s in specs]
         if self.mechanisms.resume:
             out += [mt.Tool(name=name, description=desc, input_schema=TASK_ARGS,
                             annotations=mt.ToolAnnotations(read_only_hint=name == "tasks_get"))
                     for name, desc in TASK_TOOLS.items()]
         out.append(mt.Tool(name=REPORT["name"], description=REPORT["description"], input_schema=REPORT["parameters"]))
         return out
+
+    @staticmethod
+    def _input_schema(spec: ToolSpec) -> dict[str, Any]:
+        """A tool's schema as validation enforces it: the backend refuses extra arguments to business tools."""
+        if spec.role == "business":
+            return {**spec.parameters, "additionalProperties": False}
+        return spec.parameters
+
+    def list_changed(self) -> bool:
+        """Whether tools/list differs from what the client was last told (and, if so, note it as told)."""
+        if self.agent is None or self.facade:
+            return False
+        names = tuple(t.name for t in self.tools())
+        if names == self.announced:
+            return False
+        self.announced = names
+        return True
 
     def _annotations(self, spec: ToolSpec) -> Any:
         """Effect semantics as MCP hints: truthful where the condition is effect-aware, absent under legacy, and
@@ -188,19 +296,27 @@ class Served:
                 f"Use the tools to do it. When you are done, call report_outcome with your action (finish, abort, "
                 f"refuse or escalate), your claim (success, failure or unknown) and your evidence.")
 
-    async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
-        """One client tool call: (text, structured content, is_error)."""
+    async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool] | object:
+        """One client tool call: (text, structured content, is_error), or WITHHELD (send no response)."""
         if self.episode is None or self.episode.done() or self.agent is None:  # the session is over
             return "ERROR episode_ended: this episode has ended; start the server again for another", None, True
-        size = len(json.dumps(args))
+        size = len(json.dumps(args, default=str))
         if size > MAX_ARGS_CHARS:
-            self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "arguments too large", "chars": size})
+            self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "arguments too large", "chars": size},
+                              invalid=True)
             return f"ERROR invalid_arguments: arguments of {size} characters; the limit is {MAX_ARGS_CHARS}", None, True
+        if name == FACADE.name and self.facade:
+            inner, arguments = args.get("name"), args.get("arguments", {})
+            if not isinstance(inner, str) or not isinstance(arguments, dict) or set(args) - {"name", "arguments"}:
+                self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "invalid call_tool",
+                                   "detail": "call_tool needs name (a string) and arguments (an object)"}, invalid=True)
+                return "ERROR invalid_arguments: call_tool needs name (a string) and arguments (an object)", None, True
+            return await self._submit(inner, dict(arguments))
         if name in TASK_TOOLS and self.mechanisms.resume:
             return await self._task_call(name, args)
         return await self._submit(name, args)
 
-    async def _task_call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
+    async def _task_call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool] | object:
         """A Tasks-extension operation on an invocation, through the interface's lifecycle tools."""
         assert self.agent is not None
         task_id = str(args.get("task_id", ""))
@@ -215,7 +331,10 @@ class Served:
             return await self._submit("resume_invocation", {"invocation_id": task_id})
         if not self.mechanisms.observability:
             return "ERROR unsupported: task status needs the observability mechanism", None, True
-        text, structured, is_error = await self._submit("get_invocation_status", {"invocation_id": task_id})
+        answer = await self._submit("get_invocation_status", {"invocation_id": task_id})
+        if answer is WITHHELD:
+            return answer
+        text, structured, is_error = answer  # type: ignore[misc]
         info = (structured or {}).get("result") or {}
         if structured is not None and not is_error:
             lifecycle = str(info.get("lifecycle"))
@@ -224,52 +343,102 @@ class Served:
             text = json.dumps(structured, sort_keys=True)
         return text, structured, is_error
 
-    async def _submit(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
+    async def _submit(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool] | object:
         """Hand one call to the episode loop and wait for what it showed."""
-        assert self.agent is not None and self.episode is not None
+        assert self.agent is not None and self.episode is not None and self.owner is not None
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.agent.inbox.put_nowait((name, args, reply))
         try:
             obs = await reply
         except RuntimeError as exc:
             return f"ERROR episode_ended: {exc}", None, True
-        if obs is None:  # report_outcome accepted: recorded with the decision when the session ends
-            return (f"OK: outcome reported for run {self.run_id}; the episode is labelled and recorded when this "
-                    f"session ends", None, False)
-        text, structured, is_error = _render(obs)
+        if obs is None:  # report_outcome accepted
+            text = (f"OK: outcome reported for run {self.run_id}. The episode is over: stop here. Its row is "
+                    f"written {self.owner.ends}.")
+            return text, None, False
+        if obs == AFTER_REPORT:  # not an error: the agent did nothing wrong, it should just stop
+            over = {"status": "ok", "result": {"episode_over": True, "detail": AFTER_REPORT}}
+            return AFTER_REPORT, over if self.mechanisms.structured else None, False
+        if isinstance(obs, str):  # answered at the boundary: a malformed report
+            return obs, None, True
+        if obs.dropped and self.params_of().response_loss == "transport":
+            return WITHHELD
+        text, structured, is_error = render(obs)
         if self.mechanisms.resume and structured is not None and structured.get("status") == "interrupted":
             structured = {**structured, "task": {"taskId": structured.get("invocation_id"), "status": "working"}}
             text = json.dumps(structured, sort_keys=True)
         return text, structured, is_error
 
+    def params_of(self) -> Params:
+        assert self.agent is not None
+        return self.agent.params
 
-def _render(obs: Observation) -> tuple[str, dict[str, Any] | None, bool]:
+
+def render(obs: Observation) -> tuple[str, dict[str, Any] | None, bool]:
+    """An observation as an MCP tool result: `isError` only for a failed execution (the interface's error, a
+    lost or timed-out response, a non-resumable interruption); a resumable interruption is a result to act on."""
     if obs.lost:
         return "TIMEOUT: no response (the connection to the tool server was reset)", None, True
     c = obs.content
     if isinstance(c, dict):
-        return json.dumps(c, sort_keys=True), c, c.get("status") != "ok"
+        status = c.get("status")
+        return json.dumps(c, sort_keys=True), c, status in ("error", "timeout") or (
+            status == "interrupted" and not c.get("resumable"))
     text = str(c)
-    return text, None, not text.startswith("OK")
+    return text, None, not (text.startswith("OK") or (text.startswith("INTERRUPTED") and text.endswith("resumable")))
+
+
+def owner_of(ctx: Any) -> Owner:
+    """The session a request belongs to, and when an episode it owns is recorded."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return Owner("stream", "when this client disconnects (or the server stops)")
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return Owner("http", "when the server stops (the 2026-07-28 HTTP wire has no session end)")
+    session = headers.get("mcp-session-id")
+    return Owner(f"session:{session}", "when this session ends (HTTP DELETE) or the server stops")
 
 
 def build_server(served: Served) -> Any:
-    """The MCP low-level server over `served` (tools, the `task` prompt, call handling)."""
+    """The MCP low-level server over `served` (tools, the `task` prompt, call handling, list-change notices)."""
+    import anyio
     import mcp.types as mt
-    from mcp.server.lowlevel import Server
+    from mcp.server.lowlevel import NotificationOptions, Server
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    dynamic = not served.facade
+    bus = InMemorySubscriptionBus()
 
     def client_of(ctx: Any) -> str:
         params = getattr(ctx.session, "client_params", None)
         info = getattr(params, "client_info", None) if params is not None else None
         return f"{info.name}/{info.version}" if info is not None else "unknown"
 
+    async def begin(ctx: Any) -> None:
+        try:
+            await served.start(client_of(ctx), owner_of(ctx))
+        except Refused as exc:
+            raise MCPError(mt.INVALID_REQUEST, str(exc)) from None
+
     async def list_tools(ctx: Any, params: Any) -> Any:
-        await served.start(client_of(ctx))
+        await begin(ctx)
         return mt.ListToolsResult(tools=served.tools())
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        await served.start(client_of(ctx))
-        text, structured, is_error = await served.call(params.name, dict(params.arguments or {}))
+        await begin(ctx)
+        answer = await served.call(params.name, dict(params.arguments or {}))
+        if served.list_changed():
+            if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:  # on this request's stream, before its result
+                await ctx.session.send_notification(mt.ToolListChangedNotification(), related_request_id=ctx.request_id)
+            await bus.publish(ToolsListChanged())
+        if answer is WITHHELD:  # the response is lost on the transport: the client's own timeout decides
+            await anyio.sleep_forever()
+        text, structured, is_error = answer  # type: ignore[misc]
         return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)], structured_content=structured,
                                  is_error=is_error)
 
@@ -278,8 +447,8 @@ def build_server(served: Served) -> Any:
 
     async def get_prompt(ctx: Any, params: Any) -> Any:
         if params.name != "task":
-            raise ValueError(f"unknown prompt {params.name!r}; the one prompt is 'task'")
-        await served.start(client_of(ctx))
+            raise MCPError(mt.INVALID_PARAMS, f"unknown prompt {params.name!r}; the one prompt is 'task'")
+        await begin(ctx)
         return mt.GetPromptResult(description="The task", messages=[
             mt.PromptMessage(role="user", content=mt.TextContent(type="text", text=served.prompt_text()))])
 
@@ -288,10 +457,37 @@ def build_server(served: Served) -> Any:
         try:
             yield {}
         finally:
-            await served.finish()
+            if not served.abandoned:
+                await served.finish()
 
-    return Server("aft-bench", version="served-episode", lifespan=lifespan, on_list_tools=list_tools,
-                  on_call_tool=call_tool, on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    class EpisodeServer(Server):  # type: ignore[type-arg]
+        """Handshake-era sessions are told that the tool list changes (dynamic form); 2026-07-28 derives it from
+        the `subscriptions/listen` handler."""
+
+        def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+            options = notification_options or NotificationOptions(tools_changed=dynamic)
+            return super().create_initialization_options(options, *args, **kwargs)
+
+    return EpisodeServer("aft-bench", version="served-episode", lifespan=lifespan, on_list_tools=list_tools,
+                         on_call_tool=call_tool, on_list_prompts=list_prompts, on_get_prompt=get_prompt,
+                         on_subscriptions_listen=ListenHandler(bus) if dynamic else None)
+
+
+def http_app(served: Served, server: Any, host: str) -> Any:
+    """The streamable-HTTP app, with the owner's `DELETE` ending (and recording) the episode."""
+    inner = server.streamable_http_app(host=host)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await inner(scope, receive, send)
+        if scope["type"] == "http" and scope["method"] == "DELETE" and served.owner is not None:
+            session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode("latin-1")
+            if served.owner.key == f"session:{session}" and not served.abandoned:
+                await served.finish()
+                if served.row is not None:
+                    print(f"aft-bench: episode recorded as run {served.row['run_id']} (session ended)",
+                          file=sys.stderr, flush=True)
+
+    return app, inner
 
 
 def task_text(target: Target, worlds_dir: Path) -> str:

@@ -1,0 +1,301 @@
+"""`aft-bench serve` and `aft-bench serve-matrix`: external MCP agents in faulted worlds, one episode per server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aft_bench.common.errors import InputError
+from aft_bench.common.secrets import redact
+
+RECORDED = re.compile(r"aft-bench: episode recorded as run (\S+)")
+TAIL_LINES = 12
+STOP_WAIT_S = 30.0
+
+
+def _agent_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The `mcp` agent's parameters the flags give (unset flags are left out)."""
+    given = {"agent": args.agent, "model": args.model, "discovery_form": args.discovery_form,
+             "response_loss": args.response_loss}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
+    import anyio
+
+    from aft_bench.serving.record import ServedDirectory
+    from aft_bench.serving.server import Served, Target, build_server, task_text
+
+    target = Target(args.workload, args.task, args.condition, args.fault, args.seed, args.backend, args.catalog_size)
+    if args.show_task:
+        print(task_text(target, worlds))
+        return 0
+    if args.out is None:
+        raise InputError("--out", "--out", None, "serve records its episode: give --out DIR")
+    if args.client_config:
+        Served(target, worlds, None, _agent_options(args))  # a config that would fail at connect is refused now
+        print(json.dumps(client_config(args, worlds), indent=2))
+        return 0
+    if not 0 <= args.port <= 65535:
+        raise InputError("--port", "--port", args.port, "not a TCP port (0-65535)")
+    served = Served(target, worlds, None, _agent_options(args))  # every flag checked before anything is created
+
+    async def serve() -> None:
+        with ServedDirectory(Path(args.out), worlds) as directory:
+            served.directory = directory
+            server = build_server(served)
+            if args.transport == "stdio":
+                await _serve_stdio(served, server)
+            else:
+                await _serve_http(served, server, args.host, args.port, target)
+            if served.abandoned:
+                await served.abandon()
+                print("aft-bench: episode abandoned (the client failed); nothing recorded, its partial trace is "
+                      "in quarantine/", file=sys.stderr, flush=True)
+            elif served.row is not None:
+                print(f"aft-bench: episode recorded as run {served.row['run_id']} in {args.out}", file=sys.stderr,
+                      flush=True)
+
+    anyio.run(serve)
+    return 0
+
+
+async def _serve_stdio(served: Any, server: Any) -> None:
+    """Serve over stdio until the client disconnects; SIGTERM ends (and records) the episode, SIGUSR1 abandons
+    it (serve-matrix's word that the client failed)."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async with anyio.create_task_group() as tg:
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGUSR1) as signals:
+                async for signum in signals:
+                    served.abandoned = served.abandoned or signum == signal.SIGUSR1
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(on_signal)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        tg.cancel_scope.cancel()
+
+
+async def _serve_http(served: Any, server: Any, host: str, port: int, target: Any) -> None:
+    """Serve streamable HTTP on `host:port`; SIGTERM stops it (the lifespan records the episode), SIGUSR1
+    abandons it."""
+    import uvicorn
+
+    from aft_bench.serving.server import http_app
+
+    app, _ = http_app(served, server, host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    uv = uvicorn.Server(config)
+
+    def abandon(*_: Any) -> None:
+        served.abandoned = True
+        uv.should_exit = True
+
+    signal.signal(signal.SIGUSR1, abandon)
+    # uvicorn re-raises SIGTERM after its shutdown; this handler lets it pass so the run ends with exit 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    print(f"serving {target.workload}/{target.task_id} under {target.condition} on http://{host}:{port}/mcp",
+          file=sys.stderr, flush=True)
+    try:
+        await uv.serve()
+    except SystemExit:  # uvicorn exits when it cannot bind
+        raise InputError("--port", "--port", port, f"cannot listen on {host}:{port} (in use or not allowed)") from None
+    if not uv.started:
+        raise InputError("--port", "--port", port, f"cannot listen on {host}:{port} (in use or not allowed)")
+    if not served.abandoned:
+        await served.finish()
+
+
+def client_config(args: argparse.Namespace, worlds: Path) -> dict[str, Any]:
+    """The `mcpServers` entry a desktop or command-line agent needs to launch this server over stdio: absolute
+    paths throughout, so it works from whatever folder the client starts it in and without `aft-bench` on PATH."""
+    exe = Path(sys.executable).with_name("aft-bench").resolve()
+    serve = ["serve", "--workload", args.workload, "--task", args.task, "--condition", args.condition,
+             "--seed", str(args.seed), "--backend", args.backend, "--out", str(Path(args.out).resolve()),
+             "--worlds", str(worlds.resolve())]
+    serve += ["--fault", args.fault] if args.fault else []
+    serve += ["--catalog-size", str(args.catalog_size)] if args.catalog_size is not None else []
+    serve += [f"--{k.replace('_', '-')}={v}" for k, v in _agent_options(args).items()]
+    return {"mcpServers": {"aft-bench": {"command": str(exe), "args": serve}}}
+
+
+def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
+    """Play every tuple of a config with an external MCP client: per tuple a fresh HTTP server, then the
+    client command (with AFT_BENCH_MCP_URL set), then the server stops. A client that fails (non-zero exit,
+    timeout) or never connects leaves its tuple pending in failures.jsonl; nothing is counted that did not
+    happen. With a named agent, a tuple already recorded is not played again (rerunning continues)."""
+    from aft_bench.agents.registry import AgentSpec
+    from aft_bench.experiment.config import load_matrix
+    from aft_bench.experiment.journal import append_record, read_records
+    from aft_bench.serving.record import ServedDirectory
+    from aft_bench.serving.server import Served, Target
+
+    matrix = load_matrix(args.config, worlds, served=True)
+    flags = _agent_options(args)
+    configured = [{k: v for k, v in AgentSpec.parse(c.agent_spec).params.items() if (k, v) != ("agent", "unknown")}
+                  for c in matrix.cells if c.agent == "mcp"]  # an unnamed agent is named by its handshake
+    merged = [{**p, **flags} for p in configured] if configured else [flags]  # flags override the config
+    agents = [dict(a) for a in dict.fromkeys(map(_frozen, merged))]  # each agent once, in config order
+    tuples = list(dict.fromkeys((c.workload, c.task_id, c.condition, c.fault, c.fault_seed, c.backend,
+                                 c.catalog_size, c.rep) for c in matrix.cells))
+    out = Path(args.out)
+    with ServedDirectory(out, worlds, session=False):  # a served directory before anything is written into it
+        pass
+    logs = out / "logs"
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    command = args.client_cmd if args.shell else shlex.split(args.client_cmd)
+    total = len(tuples) * len(agents)
+    recorded = skipped = pending = 0
+    n = 0
+    for options in agents:
+        for wl, task, cond, fault, seed, backend, size, rep in tuples:
+            n += 1
+            target = Target(wl, task, cond, fault, seed, backend, size)
+            name = f"{wl}/{task} {cond} {fault} seed {seed} rep {rep}" + (f" [{options['agent']}]" if "agent" in options else "")
+            if "agent" in options and out.exists():
+                key = Served(target, worlds, None, options).key(options["agent"])
+                rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]
+                done = sum(1 for r in rows if all(r.get(k) == v for k, v in key.items()))
+                if done > rep:
+                    skipped += 1
+                    print(f"{n}/{total}  {name}  already recorded", flush=True)
+                    continue
+            logs.mkdir(parents=True, exist_ok=True)
+            stem = logs / f"{n:04d}-{wl}-{task}-{cond}-{fault}-s{seed}-r{rep}"
+            ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem)
+            if ok:
+                recorded += 1
+                print(f"{n}/{total}  {name}  recorded as run {why}", flush=True)
+            else:
+                pending += 1
+                append_record(out / "failures.jsonl", {
+                    "kind": "serve-matrix", "tuple": {"workload": wl, "task_id": task, "condition": cond, "fault": fault,
+                                                      "fault_seed": seed, "backend": backend, "catalog_size": size,
+                                                      "rep": rep}, "agent": options, "reason": why, **detail,
+                    "logs": str(stem.relative_to(out)) + ".{server,client}.log", "at": time.time()})
+                print(f"{n}/{total}  {name}  PENDING: {why}", flush=True)
+    print(f"serve-matrix: {total} tuple(s): {recorded} recorded, {pending} pending, {skipped} already recorded; "
+          f"results: {out / 'results.parquet'}" + (f"; the pending are in {out / 'failures.jsonl'}" if pending else ""))
+    return 1 if pending else 0
+
+
+def _frozen(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, worlds: Path, command: Any,
+                args: argparse.Namespace, stem: Path) -> tuple[bool, str, dict[str, Any]]:
+    """One tuple: a fresh server, the client, then the server told to record (client ended well) or to abandon
+    (it failed). Returns (recorded, run id or why not, details for failures.jsonl)."""
+    from aft_bench.common.net import free_port, wait_for_port
+
+    port = free_port()
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+    cmd = [exe, "serve", "--workload", target.workload, "--task", target.task_id, "--condition", target.condition,
+           "--fault", target.fault, "--seed", str(target.seed), "--backend", target.backend, "--transport", "http",
+           "--port", str(port), "--out", str(out), "--worlds", str(worlds), *flags] + (
+        ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else [])
+    server_log, client_log = stem.with_suffix(".server.log"), stem.with_suffix(".client.log")
+    with open(server_log, "w", encoding="utf-8") as slog:
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog, text=True)
+    client_rc: int | None = None
+    why = ""
+    try:
+        if not wait_for_port(port, 15.0, alive=lambda: server.poll() is None):
+            server.wait(timeout=STOP_WAIT_S) if server.poll() is None else None
+            raise InputError("--out", "serve", f"{target.workload}/{target.task_id} {target.condition}",
+                             "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
+        env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+        with open(client_log, "w", encoding="utf-8") as clog:
+            client = subprocess.Popen(command, env=env, shell=args.shell, stdout=clog, stderr=subprocess.STDOUT)
+            try:
+                client_rc = client.wait(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                client.wait()
+                why = f"the client timed out after {args.timeout:g} s"
+        if not why and client_rc != 0:
+            why = f"the client exited with code {client_rc}"
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGUSR1 if why else signal.SIGTERM)
+            try:
+                server.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log)}
+    found = RECORDED.search(_tail(server_log, 50))
+    if found:  # the session ended (and was recorded) before the client failed, if it did: the episode happened
+        return True, found.group(1) + (f" (then {why.removeprefix('the ')})" if why else ""), detail
+    if not why:
+        why = "the client never connected (nothing to record)" if server.returncode == 0 else (
+            f"the server ended with code {server.returncode}")
+    return False, why, detail
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of a log, secrets redacted."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return redact("\n".join(text.splitlines()[-lines:]))
+
+
+def add_parsers(sub: Any, worlds_dir: Any) -> None:
+    """The `serve` and `serve-matrix` commands (`worlds_dir` resolves `--worlds`)."""
+
+    def agent_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--agent", help="name of the agent under test, recorded in the row's agent spec (default: "
+                       "the client's handshake name, with a warning when that is an SDK default)")
+        p.add_argument("--model", help="the model behind the agent, recorded as the row's `model` (default: unknown)")
+        p.add_argument("--discovery-form", choices=["dynamic", "facade"],
+                       help="selective discovery as a changing tools/list (dynamic, the default) or as a stable "
+                       "call_tool meta-tool for clients that freeze their list (facade)")
+        p.add_argument("--response-loss", choices=["envelope", "transport"],
+                       help="a lost response reaches the client as a timeout result (envelope, the default) or is "
+                       "never sent, so the client's own timeout decides (transport)")
+
+    sv = sub.add_parser("serve", help="serve one faulted episode over MCP to an external agent; record it in --out")
+    sv.add_argument("--workload", required=True)
+    sv.add_argument("--task", required=True)
+    sv.add_argument("--condition", required=True)
+    sv.add_argument("--fault", help="the task's fault variant (default: its first)")
+    sv.add_argument("--seed", type=int, default=0)
+    sv.add_argument("--backend", choices=["memory", "sqlite"], default="memory")
+    sv.add_argument("--catalog-size", type=int, help="discovery workloads: the catalog size")
+    sv.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
+    sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
+    sv.add_argument("--client-config", action="store_true",
+                    help="print the mcpServers entry (absolute paths) that launches this server over stdio, and exit")
+    agent_flags(sv)
+    sv.set_defaults(func=lambda a: cmd_serve(a, worlds_dir(a.worlds)))
+
+    sm = sub.add_parser("serve-matrix", help="play every tuple of a config with an external MCP client command")
+    sm.add_argument("config")
+    sm.add_argument("--out", required=True)
+    sm.add_argument("--client-cmd", required=True,
+                    help="run once per tuple, with AFT_BENCH_MCP_URL set to that tuple's server")
+    sm.add_argument("--shell", action="store_true", help="run the client command through the shell")
+    sm.add_argument("--timeout", type=float, default=600.0, help="seconds per tuple before the client is stopped")
+    sm.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    agent_flags(sm)
+    sm.set_defaults(func=lambda a: cmd_serve_matrix(a, worlds_dir(a.worlds)))
