@@ -77,6 +77,21 @@ LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DG
 llm-smoke: $(STAMP) .venv-llm/.installed
 	$(BIN)/python benchmarks/llm_smoke.py --llama-python .venv-llm/bin/python
 
+## interop: third-party agent frameworks (openai-agents, pydantic-ai) and an MCP SDK client that lists its tools
+## once, each playing interop/interop.toml through serve-matrix against the offline model, compared tuple for
+## tuple with the in-process llm agent (interop/run.py); its own venv, .venv-interop; not in CI
+.PHONY: interop
+.venv-interop/.installed: pyproject.toml interop/requirements.txt
+	$(PYTHON) -m venv .venv-interop
+	.venv-interop/bin/python -m pip install --quiet --upgrade pip
+	.venv-interop/bin/python -m pip install --quiet -e . -r interop/requirements.txt
+	@if find .venv-interop -name 'litellm_init.pth' | grep -q .; then \
+		echo "supply chain: litellm_init.pth found in .venv-interop; refusing this install" >&2; exit 1; fi
+	touch .venv-interop/.installed
+
+interop: .venv-interop/.installed
+	.venv-interop/bin/python interop/run.py
+
 ## mutants: mutation testing (mutmut, configured in pyproject.toml) of the judge and the fault/guard core
 mutants: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'mutmut>=3.3'

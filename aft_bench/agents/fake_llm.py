@@ -9,11 +9,20 @@ Policies (the request's model name is `fake-<policy>`):
 * `invalid`: first an unknown tool, then arguments that are not JSON, then the capability policy.
 Failures are injected at a seeded rate (HTTP 429, 500, a timeout, a dropped connection) and every reply can
 be delayed, for the retry tests and the concurrency benchmark.
+
+It also takes what agent frameworks send when they drive a served episode (`aft-bench serve`): message content
+as OpenAI content-part arrays; the task as the served `task` prompt (task id, spec and inputs in any system,
+developer or user message, after instructions of the framework's own or none); tool results inside a
+framework's wrappers (pydantic-ai's `{"error": ...}` for a tool error, a `Fix the errors and try again.` retry
+prompt, text around an interface observation), from which it recovers the interface's observation; and once
+its report_outcome call has been answered it replies in plain text, so a framework's run ends there.
+Setting AFT_FAKE_LLM_LOG to a file appends every request and reply to it as JSON lines (a debugging aid).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import threading
@@ -72,6 +81,102 @@ def _content(text: str) -> Any:
     return text
 
 
+def _text(content: Any) -> str:
+    """A message's content as text: a string as is, an OpenAI content-part array as its text parts joined
+    (`text`, and the Responses API's `input_text` / `output_text`), None as ''."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text(p.get("text")) if isinstance(p, dict) else _text(p) for p in content
+                       if not isinstance(p, dict) or p.get("type", "text") in ("text", "input_text", "output_text"))
+    return str(content)
+
+
+HEADS = ("OK", "ERROR", "INTERRUPTED", "TIMEOUT")  # the interface's text forms (`OK: {...}`, `ERROR code: ...`)
+STATUSES = ("ok", "error", "interrupted", "timeout")  # its result envelope's `status`
+RETRY_SUFFIX = "\n\nFix the errors and try again."  # pydantic-ai's retry prompt (RetryPromptPart.model_response)
+_HEAD = re.compile(r"(?:^|(?<=[\s\"'`(\[]))(?:OK|ERROR(?: [a-z_]+)?|INTERRUPTED|TIMEOUT): ")
+
+
+def _is_form(text: str) -> bool:
+    return text.partition(": ")[0].split(" ", 1)[0] in HEADS and ": " in text
+
+
+def observed(content: Any) -> Any:
+    """The interface's observation inside a tool message as a framework sent it back: the result envelope (a
+    dict) or the interface's text form. What the harness's own `llm` agent sends comes back exactly as
+    `_content` reads it; a framework's wrappers are taken off: content parts, pydantic-ai's `{"error": ...}`
+    for a tool error and its `Fix the errors and try again.` retry prompt, and text or JSON around an envelope or
+    a text form. Text with no observation inside stays the text it is (the policy reads it as a lost response)."""
+    text = _text(content)
+    for _ in range(8):  # wrappers nest (an error envelope's JSON text inside `{"error": ...}`), but not deeply
+        value = _content(text)
+        if isinstance(value, dict):
+            if set(value) == {"error"}:  # pydantic-ai: an errored tool return as `{"error": <text or value>}`
+                inner = value["error"]
+                if isinstance(inner, dict) and inner.get("status") in STATUSES:
+                    return inner
+                text = inner if isinstance(inner, str) else json.dumps(inner, sort_keys=True)
+                continue
+            return value
+        if text.startswith("["):  # a content-part array sent as JSON text
+            try:
+                parts = json.loads(text)
+            except ValueError:
+                parts = None
+            if isinstance(parts, list) and parts and all(isinstance(p, dict) and "text" in p for p in parts):
+                text = _text(parts)
+                continue
+        if _is_form(text):
+            return text.removesuffix(RETRY_SUFFIX)
+        if text.endswith(RETRY_SUFFIX):
+            text = text.removesuffix(RETRY_SUFFIX)
+            continue
+        inner = _embedded(text)
+        if inner is None or inner == text:
+            return text
+        text = inner if isinstance(inner, str) else json.dumps(inner, sort_keys=True)
+    return text
+
+
+def _embedded(text: str) -> Any:
+    """An envelope (JSON object with an interface `status`) or an interface text form inside other text."""
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch == "{":
+            try:
+                value, _ = decoder.raw_decode(text, i)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and (value.get("status") in STATUSES or set(value) == {"error"}):
+                return value
+    m = _HEAD.search(text)
+    return text[m.start():] if m else None
+
+
+def _conversation_brief(messages: list[dict[str, Any]]) -> tuple[str, str, str] | None:
+    """(task id, spec, the text holding the spec) from the system/developer/user messages: the harness's
+    system prompt + brief, or the served `task` prompt after any instructions of a framework's own."""
+    task_id = spec = None
+    for m in messages:
+        if m.get("role") not in ("system", "developer", "user"):
+            continue
+        text = _text(m.get("content"))
+        if task_id is None and (found := re.search(r"Task id: (\S+)", text)):
+            task_id = found.group(1)
+        if spec is None:
+            at = text.find("Task: ")
+            while at != -1 and at > 0 and text[at - 1] != "\n":
+                at = text.find("Task: ", at + 1)
+            if at != -1 and (found := re.match(r"Task: (.*)\nInputs: ", text[at:], flags=re.DOTALL)):
+                spec = (found.group(1), text)
+        if task_id is not None and spec is not None:
+            return task_id, spec[0], spec[1]
+    return None
+
+
 @dataclass
 class FakeModel:
     """The policies over a task index; `respond` maps one chat-completions request to its reply body."""
@@ -100,11 +205,20 @@ class FakeModel:
         if policy not in POLICIES:
             raise ValueError(f"unknown fake model policy {policy!r}; known: {', '.join(POLICIES)}")
         messages = request["messages"]
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        reported = self._reported(messages)
+        if reported is not None:  # its report was answered: a plain reply, so a framework ends its run here
+            text = f"Outcome reported. The tool answered: {reported}"[:400]
+            prompt = len(json.dumps(messages)) // 4 + len(json.dumps(request.get("tools") or [])) // 4
+            return {"id": f"fake-{turn}", "object": "chat.completion", "created": 0, "model": request.get("model"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4,
+                              "total_tokens": prompt + len(text) // 4}}
         action = self._next(policy, messages, request.get("tools") or [])
         forced = request.get("tool_choice")  # a named tool is obeyed as a real server would: that tool, always
         if isinstance(forced, dict):
             action = self._obey(action, str(forced.get("function", {}).get("name")))
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
         name, args = self._tool_call(action)
         prompt = len(json.dumps(messages)) // 4 + len(json.dumps(request.get("tools") or [])) // 4
         return {"id": f"fake-{turn}", "object": "chat.completion", "created": 0, "model": request.get("model"),
@@ -134,15 +248,15 @@ class FakeModel:
         return End("escalate", "unknown") if forced == "report_outcome" else (forced, "{}")
 
     def _next(self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Action | tuple:
-        system, user = messages[0]["content"], messages[1]["content"]
-        task_id = re.search(r"Task id: (\S+)", system)
-        spec = re.match(r"Task: (.*)\nInputs: ", user, flags=re.S)
-        if task_id is None or spec is None:
+        found = _conversation_brief(messages)
+        if found is None:
             return End("none", None)
-        script = self.tasks.get((task_id.group(1), spec.group(1)))
+        task_id, spec, brief = found
+        script = self.tasks.get((task_id, spec))
         if script is None:
             return End("escalate", "unknown")  # a task this offline model does not know
-        schemas = [t["function"] for t in tools if t["function"]["name"] != "report_outcome"]
+        schemas = [t["function"] for t in tools  # function tools only (a framework may add others of its own)
+                   if isinstance(t.get("function"), dict) and t["function"].get("name") != "report_outcome"]
         described = self._described(messages)
         shown = [s for s in schemas if s["name"] not in described]  # the surface as it was at the start
         if policy == "naive":
@@ -150,16 +264,17 @@ class FakeModel:
         specs = [ToolSpec(s["name"], s.get("description", ""), s.get("parameters", {}),
                           "discovery" if s["name"] in NOT_BUSINESS else "business") for s in shown]
         agent = DeterministicAgent(Params(), script)
-        _run(agent.start(Brief(task_id.group(1), spec.group(1), {}), specs))
-        if RESTARTED in user:
+        _run(agent.start(Brief(task_id, spec, {}), specs))
+        if RESTARTED in brief:
             _run(agent.restart(specs))
         obs: Observation | None = None
         sent_noise = 0
         skip_reply = False
-        for m in messages[2:]:
-            if m.get("role") == "user" and m["content"].startswith("The last tool call before the restart"):
-                obs = Observation(_content(m["content"].split("returned: ", 1)[1]))
-            elif m.get("role") == "assistant" and m.get("tool_calls"):
+        for m in messages:  # the system/brief messages match none of these
+            role = m.get("role")
+            if role == "user" and _text(m.get("content")).startswith("The last tool call before the restart"):
+                obs = Observation(observed(_text(m["content"]).split("returned: ", 1)[1]))
+            elif role == "assistant" and m.get("tool_calls"):
                 fn = m["tool_calls"][0]["function"]
                 if fn["name"] == NOISE[0] or fn["arguments"] == NOISE[1]:
                     sent_noise += 1
@@ -167,11 +282,11 @@ class FakeModel:
                     continue
                 _run(agent.act(obs))
                 obs = None
-            elif m.get("role") == "tool":
+            elif role == "tool":
                 if skip_reply:
                     skip_reply = False
                     continue
-                obs = Observation(_content(m["content"]))
+                obs = Observation(observed(m.get("content")))
         if policy == "invalid" and sent_noise < 2:
             return (NOISE[0], "{}") if sent_noise == 0 else ("get_order", NOISE[1])
         action = _run(agent.act(obs))
@@ -189,11 +304,44 @@ class FakeModel:
                 if c["function"]["name"] == "describe_tool":
                     asked[c["id"]] = c["function"]["arguments"]
             if m.get("role") == "tool" and m.get("tool_call_id") in asked:
-                content = _content(m["content"][4:] if m["content"].startswith("OK: ") else m["content"])
+                seen = observed(m.get("content"))
+                content = _content(seen[4:]) if isinstance(seen, str) and seen.startswith("OK: ") else seen
                 result = content.get("result", content) if isinstance(content, dict) else None
                 if isinstance(result, dict) and "name" in result:
                     out.add(result["name"])
         return out
+
+    @staticmethod
+    def _reported(messages: list[dict[str, Any]]) -> str | None:
+        """The answer to this conversation's report_outcome call, once it has one that is not an error (the
+        episode is over: the model ends its turn in text); None while there is none."""
+        calls = {c.get("id") for m in messages if m.get("role") == "assistant"
+                 for c in m.get("tool_calls") or [] if c.get("function", {}).get("name") == "report_outcome"}
+        for m in messages:
+            if m.get("role") == "tool" and m.get("tool_call_id") in calls:
+                seen = observed(m.get("content"))
+                if isinstance(seen, dict):
+                    if seen.get("status") in ("ok", None):
+                        return json.dumps(seen, sort_keys=True)
+                elif not str(seen).startswith(("ERROR", "TIMEOUT", "INTERRUPTED", "Unknown tool")):
+                    return str(seen)
+        return None
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def _log(body: bytes, reply: dict[str, Any]) -> None:
+    """Append one exchange to $AFT_FAKE_LLM_LOG, if set (what a framework sent, and the answer)."""
+    path = os.environ.get("AFT_FAKE_LLM_LOG")
+    if not path:
+        return
+    try:
+        request: Any = json.loads(body)
+    except ValueError:
+        request = body.decode(errors="replace")
+    with _LOG_LOCK, open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"request": request, "reply": reply}) + "\n")
 
 
 def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
@@ -218,10 +366,14 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
                 self._send(int(fail), {"error": {"message": "injected failure", "type": "server_error"}})
                 return
             try:
-                reply = model.respond(json.loads(body))
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                self._send(400, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "invalid_request_error"}})
+                request = json.loads(body)
+                reply = model.respond(request)
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+                error = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "invalid_request_error"}}
+                _log(body, error)
+                self._send(400, error)
                 return
+            _log(body, reply)
             self._send(200, reply)
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:

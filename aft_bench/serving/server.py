@@ -195,6 +195,7 @@ class Served:
 
     async def _play(self, cell: Cell) -> dict[str, Any]:
         t0 = time.perf_counter()
+        self.directory.quarantine(cell.run_id)  # type: ignore[union-attr]  # a dead earlier attempt's leftovers
         with ExitStack() as stack:
             setup, agent, hashes = resolve_cell(self.ctx, cell, self.directory.out, stack)  # type: ignore[arg-type]
             assert isinstance(agent, McpAgent)
@@ -409,7 +410,6 @@ def build_server(served: Served) -> Any:
     from mcp.server.lowlevel import NotificationOptions, Server
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
     from mcp.shared.exceptions import MCPError
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
     dynamic = not served.facade
     bus = InMemorySubscriptionBus()
@@ -433,8 +433,10 @@ def build_server(served: Served) -> Any:
         await begin(ctx)
         answer = await served.call(params.name, dict(params.arguments or {}))
         if served.list_changed():
-            if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:  # on this request's stream, before its result
-                await ctx.session.send_notification(mt.ToolListChangedNotification(), related_request_id=ctx.request_id)
+            # on this request's own stream, before its result, on both eras: 2026-07-28 reserves change notices for
+            # subscriptions/listen streams, but FastMCP (pydantic-ai's client) negotiates it and never listens; a
+            # client that does listen gets it there too
+            await ctx.session.send_notification(mt.ToolListChangedNotification(), related_request_id=ctx.request_id)
             await bus.publish(ToolsListChanged())
         if answer is WITHHELD:  # the response is lost on the transport: the client's own timeout decides
             await anyio.sleep_forever()
@@ -458,7 +460,8 @@ def build_server(served: Served) -> Any:
             yield {}
         finally:
             if not served.abandoned:
-                await served.finish()
+                with anyio.CancelScope(shield=True):  # a signal cancelled the serving: record the episode anyway
+                    await served.finish()
 
     class EpisodeServer(Server):  # type: ignore[type-arg]
         """Handshake-era sessions are told that the tool list changes (dynamic form); 2026-07-28 derives it from
