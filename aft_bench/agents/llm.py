@@ -18,10 +18,21 @@ import random
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
+from aft_bench.common.secrets import holds_secret
 from aft_bench.interface.tokens import count_tokens, litellm_module
 from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief
@@ -51,18 +62,21 @@ REPORT = {"name": "report_outcome",
 class Params(BaseModel):
     """Parameters of the `llm` agent. The key is named by its environment variable, never given."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    model: str = Field(min_length=1, description="litellm model string, e.g. openai/gpt-4o-mini")
+    model: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$",
+                       description="litellm model string, e.g. openai/gpt-4o-mini")
     api_base: str | None = Field(default=None, description="OpenAI-compatible endpoint; 'offline' = embedded fake")
     api_key_env: str | None = Field(default=None, description="name of the environment variable holding the key")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # no NaN or infinite setting
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="sampling temperature")
     max_tokens: int = Field(default=1024, ge=1, description="completion tokens per model call")
     max_turns: int = Field(default=30, ge=1, description="model decisions per episode before budget_exhausted")
     max_episode_tokens: int | None = Field(default=None, ge=1, description="prompt+completion tokens per episode")
     concurrency: int = Field(default=8, ge=1, le=256, description="episodes in flight at once on one event loop")
-    timeout_s: float = Field(default=60.0, gt=0, description="seconds per provider call")
+    timeout_s: float = Field(default=60.0, gt=0, le=3600, description="seconds per provider call, the whole call "
+                             "(connect, first byte and complete body)")
     retries: int = Field(default=4, ge=0, le=20, description="harness retries of a transient provider failure")
-    backoff_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry, with jitter")
+    backoff_s: float = Field(default=1.0, ge=0, le=600, description="first backoff; doubles per retry, with jitter")
+    max_backoff_s: float = Field(default=60.0, ge=0, le=3600, description="no single backoff waits longer")
     input_usd_per_mtok: float | None = Field(default=None, ge=0, description="declared prompt price (USD per "
                                              "million tokens) for a model litellm does not price, e.g. self-hosted")
     output_usd_per_mtok: float | None = Field(default=None, ge=0, description="declared completion price; "
@@ -71,6 +85,28 @@ class Params(BaseModel):
                                     description="'auto' or 'required' as the provider takes them, or a tool's name "
                                     "forced on every turn (protocol smoke tests on servers without 'required'); "
                                     "unset: not sent, the provider's default")
+
+    @field_validator("model", "api_base")
+    @classmethod
+    def _no_credentials(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A key is named only by `api_key_env`: one inside the model string or the URL would be written to every
+        row, trace and manifest."""
+        if value is not None and holds_secret(value):
+            raise ValueError(f"{info.field_name} carries a credential; put the key in an environment variable and "
+                             f"name it with api_key_env")
+        return value
+
+    @field_validator("api_base")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None or value == OFFLINE:
+            return value
+        url = urlsplit(value)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError("api_base is 'offline' or an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1")
+        if url.username is not None or url.password is not None:
+            raise ValueError("api_base carries user:password; name the key with api_key_env instead")
+        return value
 
     @model_validator(mode="after")
     def _prices_together(self) -> Params:
@@ -85,6 +121,8 @@ class Params(BaseModel):
         data = handler(self)
         if data.get("tool_choice") is None:
             data.pop("tool_choice", None)
+        if data.get("max_backoff_s") == 60.0:  # likewise added later: its default stays out of run keys
+            data.pop("max_backoff_s", None)
         return data
 
     def tool_choice_arg(self) -> dict[str, Any]:
@@ -107,7 +145,11 @@ class ProviderError(Exception):
     """A provider call failed after every retry (or with a non-transient error): the tuple stays pending."""
 
 
-TRANSIENT = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
+class CallDeadline(Exception):
+    """A provider call that did not complete within `timeout_s` (transient: retried like a timeout)."""
+
+
+TRANSIENT = ("CallDeadline", "RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
              "BadGatewayError", "APIError")
 
 
@@ -134,6 +176,10 @@ def api_key(params: Params) -> str | None:
 def observation_text(obs: Observation) -> str:
     c = obs.content
     return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _valid_args(schema: dict[str, Any], args: Any) -> bool:
@@ -194,8 +240,8 @@ class LLMAgent:
             name, raw = call["function"]["name"], call["function"].get("arguments") or "{}"
             self._messages.append({"role": "assistant", "content": message.get("content") or None,
                                    "tool_calls": [call]})
-            try:
-                args = json.loads(raw)
+            try:  # NaN and Infinity are not JSON: such arguments are an invalid call, answered as one
+                args = json.loads(raw, parse_constant=_not_json)
             except ValueError:
                 args = None
             if name == REPORT["name"]:
@@ -264,9 +310,13 @@ class LLMAgent:
         while True:
             t0 = time.perf_counter()
             try:
-                response = await litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
-                                                     **self.params.pricing(),
-                                                     timeout=self.params.timeout_s, num_retries=0, max_retries=0)
+                call = litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
+                                           **self.params.pricing(), timeout=self.params.timeout_s, num_retries=0,
+                                           max_retries=0)
+                try:  # litellm's timeout bounds each read; this bounds the whole call (a slow or endless body)
+                    response = await asyncio.wait_for(call, self.params.timeout_s)
+                except TimeoutError:
+                    raise CallDeadline(f"no complete answer within {self.params.timeout_s:g} s") from None
                 waited += time.perf_counter() - t0
                 break
             except Exception as exc:  # noqa: BLE001 - classified below; anything else is not ours to retry
@@ -277,7 +327,8 @@ class LLMAgent:
                     raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
                                         f"on {self.params.model}") from None
                 attempt += 1
-                delay = self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                delay = min(self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5),
+                            self.params.max_backoff_s)
                 await asyncio.sleep(delay)
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from aft_bench.analysis.table import problems as table_problems
-from aft_bench.common.errors import HarnessError, InputError, TraceIntegrityError
-from aft_bench.common.files import read_json
+from aft_bench.analysis.table import with_late_columns
+from aft_bench.common.errors import EvidenceError, HarnessError, InputError, TraceIntegrityError
+from aft_bench.common.files import read_json, refuse_special
 from aft_bench.common.paths import WORLDS
 from aft_bench.episode.row import SCHEMA, label_columns
 from aft_bench.experiment.config import Cell
@@ -70,6 +71,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
         raise InputError(d, "<dir>", str(d), "no such results folder")
     if not (d / "manifest.json").exists():
         raise InputError(d, "<dir>", str(d), "not an aft-bench results folder (no manifest.json)")
+    refuse_special(d)  # a FIFO where a journal or trace should be: refused, never read (it would block)
     checks: list[Check] = []
 
     def run(name: str, fn: Callable[[], str]) -> None:
@@ -77,7 +79,8 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
             checks.append(Check(name, True, fn()))
         except AssertionError as exc:
             checks.append(Check(name, False, str(exc)))
-        except (OSError, ValueError, KeyError, TypeError, TraceIntegrityError, InputError, HarnessError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, TraceIntegrityError, InputError, HarnessError,
+                EvidenceError) as exc:
             checks.append(Check(name, False, f"{type(exc).__name__}: {exc}"))
 
     state: dict[str, Any] = {}
@@ -93,7 +96,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
         return f"{len(rows)} verified rows, no duplicates"
 
     def model_ok() -> str:
-        df = pd.read_parquet(d / "results.parquet")
+        df = with_late_columns(pd.read_parquet(d / "results.parquet"))
         state["df"] = df
         found = table_problems(df)
         assert not found, "; ".join(map(str, found[:3])) + (f"; {len(found) - 3} more" if len(found) > 3 else "")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json
-from aft_bench.episode.row import SCHEMA
+from aft_bench.episode.row import LATE_COLUMNS, SCHEMA
 
 KEY_COLUMNS = [c.name for c in SCHEMA.values() if c.group == "key" and c.name != "run_id"]
 
@@ -95,6 +95,15 @@ def problems(df: pd.DataFrame) -> list[Problem]:
     return out
 
 
+def with_late_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """A table written before a late column existed, with it at its stated value (in the row model's order)."""
+    missing = [c for c in LATE_COLUMNS if c not in df.columns]
+    if not missing:
+        return df
+    df = df.assign(**{c: pd.Series([LATE_COLUMNS[c]] * len(df), index=df.index, dtype=object) for c in missing})
+    return df[[c for c in SCHEMA if c in df.columns] + [c for c in df.columns if c not in SCHEMA]]
+
+
 def read_results(directory: Path) -> pd.DataFrame:
     """`DIR/results.parquet`, checked against the row model; any problem is an InputError naming it."""
     if not directory.is_dir():
@@ -103,7 +112,7 @@ def read_results(directory: Path) -> pd.DataFrame:
     if not path.exists():
         raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
     try:
-        df = pd.read_parquet(path)
+        df = with_late_columns(pd.read_parquet(path))
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise InputError(path, "<file>", str(path), f"not a readable parquet table ({_short(exc)})") from None
     found = problems(df)

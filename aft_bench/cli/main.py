@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aft_bench import __version__
+from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, number
 from aft_bench.common.errors import CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError
 from aft_bench.common.files import input_dir
 from aft_bench.common.paths import WORLDS
@@ -243,7 +244,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aft-bench", description=__doc__)
+    p = OneLineParser(prog="aft-bench", description=__doc__)
     p.add_argument("--version", action="version", version=f"aft-bench {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -273,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--loops", type=int, default=1,
                    help="event loops (processes) for agents that wait on the network, each agent's concurrency "
                         "split between them (default 1); results are identical for any count")
-    r.add_argument("--max-cost", type=float, help="spend ceiling in US dollars (overrides the config's "
+    r.add_argument("--max-cost", type=number(0, 1e12), help="spend ceiling in US dollars (overrides the config's "
                    "max_cost_usd; not part of the config's identity): no new tuple starts once reached, exit 3")
     r.add_argument("--rerun-missing", action="store_true",
                    help="move finished runs whose trace or database is missing or fails verification back to "
@@ -286,9 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="matched pairs, clustered CIs, permutation tests, Holm; Table 3")
     a.add_argument("dir")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples of task clusters")
-    a.add_argument("--permutations", type=int, default=10_000, help="random sign flips")
+    a.add_argument("--seed", type=SEED, default=0)
+    a.add_argument("--resamples", type=COUNT, default=2000, help="bootstrap resamples of task clusters")
+    a.add_argument("--permutations", type=COUNT, default=10_000, help="random sign flips")
     a.add_argument("--flip-unit", choices=["pair", "cluster"], default="cluster",
                    help="sign-flip whole task clusters (default) or single pairs (the paper's method)")
     a.add_argument("--include-stale-lock", action="store_true",
@@ -326,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("catalog", help="print a generated tool catalog")
     g.add_argument("--size", type=int, default=10)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--required", nargs="*", default=[])
     g.add_argument("--json", action="store_true", help="full schemas instead of compact cards")
     g.set_defaults(func=cmd_catalog)
@@ -339,12 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")
-    fk.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    fk.add_argument("--port", type=PORT, default=0, help="0: any free port (printed)")
     fk.add_argument("--policy", help="answer every request with this policy (default: from the model name)")
-    fk.add_argument("--failure-rate", type=float, default=0.0, help="share of requests that fail (seeded)")
+    fk.add_argument("--failure-rate", type=number(0, 1), default=0.0, help="share of requests that fail (seeded)")
     fk.add_argument("--failures", help="comma-separated kinds to inject: 429,500,timeout,drop (default: all)")
-    fk.add_argument("--latency", type=float, default=0.0, help="seconds before every reply")
-    fk.add_argument("--seed", type=int, default=0)
+    fk.add_argument("--latency", type=number(0, 3600), default=0.0, help="seconds before every reply")
+    fk.add_argument("--seed", type=SEED, default=0)
     fk.add_argument("--worlds", help="worlds directory whose tasks the model knows (default: ./worlds)")
     fk.set_defaults(func=cmd_fake_llm)
     return p
@@ -374,7 +375,11 @@ def _crash_log(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. The error contract: bad input exits 2, an output or integrity problem exits 1, each
     with one line naming the file, field or flag; anything unforeseen exits 1 with one line and a log path."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except FlagError as exc:
+        print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args))
     except InputError as exc:

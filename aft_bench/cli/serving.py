@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from aft_bench.cli.flags import PORT, SEED, number
 from aft_bench.common.errors import InputError
 from aft_bench.common.secrets import redact
 
+READY = "serving"  # the server's first stderr word once it takes requests and signals
 RECORDED = re.compile(r"aft-bench: episode recorded as run (\S+)")
 TAIL_LINES = 12
 STOP_WAIT_S = 30.0
@@ -32,6 +36,7 @@ def _agent_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
     import anyio
 
+    from aft_bench.interface.tokens import warm
     from aft_bench.serving.record import ServedDirectory
     from aft_bench.serving.server import Served, Target, build_server, task_text
 
@@ -45,9 +50,9 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
         Served(target, worlds, None, _agent_options(args))  # a config that would fail at connect is refused now
         print(json.dumps(client_config(args, worlds), indent=2))
         return 0
-    if not 0 <= args.port <= 65535:
-        raise InputError("--port", "--port", args.port, "not a TCP port (0-65535)")
     served = Served(target, worlds, None, _agent_options(args))  # every flag checked before anything is created
+    sock = _listen(args.host, args.port) if args.transport == "http" else None  # and the port is ours
+    warm()  # the tokenizer (litellm, ~2 s to import) before the client's first request, not during it
 
     async def serve() -> None:
         with ServedDirectory(Path(args.out), worlds) as directory:
@@ -56,7 +61,7 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
             if args.transport == "stdio":
                 await _serve_stdio(served, server)
             else:
-                await _serve_http(served, server, args.host, args.port, target)
+                await _serve_http(served, server, sock, target)
             if served.abandoned:
                 await served.abandon()
                 print("aft-bench: episode abandoned (the client failed); nothing recorded, its partial trace is "
@@ -70,14 +75,14 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
 
 
 async def _serve_stdio(served: Any, server: Any) -> None:
-    """Serve over stdio until the client disconnects; SIGTERM ends (and records) the episode, SIGUSR1 abandons
-    it (serve-matrix's word that the client failed)."""
+    """Serve over stdio until the client disconnects; SIGTERM or SIGINT ends (and records) the episode, SIGUSR1
+    abandons it (serve-matrix's word that the client failed)."""
     import anyio
     from mcp.server.stdio import stdio_server
 
     async with anyio.create_task_group() as tg:
         async def on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGUSR1) as signals:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
                 async for signum in signals:
                     served.abandoned = served.abandoned or signum == signal.SIGUSR1
                     tg.cancel_scope.cancel()
@@ -89,16 +94,33 @@ async def _serve_stdio(served: Any, server: Any) -> None:
         tg.cancel_scope.cancel()
 
 
-async def _serve_http(served: Any, server: Any, host: str, port: int, target: Any) -> None:
-    """Serve streamable HTTP on `host:port`; SIGTERM stops it (the lifespan records the episode), SIGUSR1
+def _listen(host: str, port: int) -> socket.socket:
+    """The HTTP server's socket, bound before anything is written: a port in use is exit 1 and leaves nothing."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise InputError("--host", "--host", host, "not a host name or address this machine can listen on") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}", f"--port {port}") from None
+    return sock
+
+
+async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any) -> None:
+    """Serve streamable HTTP on the bound socket; SIGTERM stops it (the lifespan records the episode), SIGUSR1
     abandons it."""
     import uvicorn
 
     from aft_bench.serving.server import http_app
 
+    host, port = sock.getsockname()[:2]
     app, _ = http_app(served, server, host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    uv = uvicorn.Server(config)
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 
     def abandon(*_: Any) -> None:
         served.abandoned = True
@@ -107,14 +129,15 @@ async def _serve_http(served: Any, server: Any, host: str, port: int, target: An
     signal.signal(signal.SIGUSR1, abandon)
     # uvicorn re-raises SIGTERM after its shutdown; this handler lets it pass so the run ends with exit 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    print(f"serving {target.workload}/{target.task_id} under {target.condition} on http://{host}:{port}/mcp",
-          file=sys.stderr, flush=True)
-    try:
-        await uv.serve()
-    except SystemExit:  # uvicorn exits when it cannot bind
-        raise InputError("--port", "--port", port, f"cannot listen on {host}:{port} (in use or not allowed)") from None
-    if not uv.started:
-        raise InputError("--port", "--port", port, f"cannot listen on {host}:{port} (in use or not allowed)")
+    async def announce() -> None:  # once uvicorn has started (its signal handlers are in place): ready
+        while not uv.started and not uv.should_exit:
+            await asyncio.sleep(0.01)
+        print(f"{READY} {target.workload}/{target.task_id} under {target.condition} on http://{host}:{port}/mcp",
+              file=sys.stderr, flush=True)
+
+    ready = asyncio.ensure_future(announce())
+    await uv.serve(sockets=[sock])
+    ready.cancel()
     if not served.abandoned:
         await served.finish()
 
@@ -200,7 +223,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
                 args: argparse.Namespace, stem: Path) -> tuple[bool, str, dict[str, Any]]:
     """One tuple: a fresh server, the client, then the server told to record (client ended well) or to abandon
     (it failed). Returns (recorded, run id or why not, details for failures.jsonl)."""
-    from aft_bench.common.net import free_port, wait_for_port
+    from aft_bench.common.net import free_port
 
     port = free_port()
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
@@ -214,7 +237,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
     client_rc: int | None = None
     why = ""
     try:
-        if not wait_for_port(port, 15.0, alive=lambda: server.poll() is None):
+        if not _wait_ready(server_log, 20.0, alive=lambda: server.poll() is None):
             server.wait(timeout=STOP_WAIT_S) if server.poll() is None else None
             raise InputError("--out", "serve", f"{target.workload}/{target.task_id} {target.condition}",
                              "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
@@ -247,6 +270,16 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
     return False, why, detail
 
 
+def _wait_ready(log: Path, timeout_s: float, alive: Any) -> bool:
+    """Until the server says it serves (its signal handlers installed), it dies, or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        if _tail(log, 50).startswith(READY) or f"\n{READY} " in _tail(log, 50):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     """The last lines of a log, secrets redacted."""
     try:
@@ -275,12 +308,12 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     sv.add_argument("--task", required=True)
     sv.add_argument("--condition", required=True)
     sv.add_argument("--fault", help="the task's fault variant (default: its first)")
-    sv.add_argument("--seed", type=int, default=0)
+    sv.add_argument("--seed", type=SEED, default=0)
     sv.add_argument("--backend", choices=["memory", "sqlite"], default="memory")
     sv.add_argument("--catalog-size", type=int, help="discovery workloads: the catalog size")
     sv.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--port", type=PORT, default=8765)
     sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
     sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
@@ -295,7 +328,7 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     sm.add_argument("--client-cmd", required=True,
                     help="run once per tuple, with AFT_BENCH_MCP_URL set to that tuple's server")
     sm.add_argument("--shell", action="store_true", help="run the client command through the shell")
-    sm.add_argument("--timeout", type=float, default=600.0, help="seconds per tuple before the client is stopped")
+    sm.add_argument("--timeout", type=number(0, 7 * 86400, lo_open=True), default=600.0, help="seconds per tuple before the client is stopped")
     sm.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     agent_flags(sm)
     sm.set_defaults(func=lambda a: cmd_serve_matrix(a, worlds_dir(a.worlds)))

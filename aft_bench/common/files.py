@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +34,37 @@ def _os_problem(exc: OSError) -> str:
     return f"cannot read: {exc.strerror or exc}"
 
 
+def special_file(path: Path) -> str | None:
+    """What `path` is if it is a FIFO or a socket where a file should be: opening one blocks until a peer
+    appears, so callers refuse it; None otherwise (a device such as /dev/full is left to fail as it fails)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def refuse_special(folder: Path, subfolders: tuple[str, ...] = ("traces", "db")) -> None:
+    """InputError naming the first FIFO or socket in a results folder (or its `subfolders`), before anything
+    opens it."""
+    for where in (folder, *(folder / s for s in subfolders)):
+        try:
+            entries = list(os.scandir(where))
+        except OSError:
+            continue
+        for entry in entries:
+            kind = special_file(Path(entry.path))
+            if kind is not None:
+                raise InputError(entry.path, "<file>", entry.name, f"is {kind}, not a file aft-bench wrote")
+
+
 def read_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     """The file's bytes; any OS problem or a file over `limit` bytes is an InputError naming it."""
+    if (kind := special_file(path)) is not None:
+        raise InputError(path, "<file>", str(path), f"is {kind}, not a file")
     try:
         with open(path, "rb") as fh:
             data = fh.read(limit + 1)
@@ -107,6 +137,11 @@ def write_folder(final: Path, fill: Callable[[Path], None]) -> None:
     try:
         fill(tmp)
         old = final.with_name(f".{final.name}-old")
+        if old.exists():  # left by an interrupted earlier write: the last complete version if `final` is gone
+            if final.exists():
+                shutil.rmtree(old)
+            else:
+                os.replace(old, final)
         if final.exists():
             os.replace(final, old)
         os.replace(tmp, final)

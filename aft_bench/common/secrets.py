@@ -46,3 +46,8 @@ def redact(text: str) -> str:
     for value in _secrets():
         text = text.replace(value, REDACTED)
     return KEY_PATTERNS.sub(REDACTED, text)
+
+
+def holds_secret(text: str) -> bool:
+    """Does `text` carry a credential (an environment secret's value or a key-shaped string)?"""
+    return redact(text) != text

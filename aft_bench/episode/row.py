@@ -3,6 +3,7 @@ writer, the audit and the README's column table (a test keeps the README equal t
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -98,6 +99,43 @@ _COLUMNS = (
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
+# Columns added after results existed: a journal row or table without one reads it as this value.
+LATE_COLUMNS: dict[str, Any] = {"client": None}
+INT64 = (-(2**63), 2**63 - 1)  # what parquet (and pandas) can hold in an integer column
+
+
+def with_late_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with any column added since it was written, at its stated value."""
+    missing = {k: v for k, v in LATE_COLUMNS.items() if k not in row}
+    return {**row, **missing} if missing else row
+
+
+def _value_problem(col: Column, value: Any) -> str | None:
+    base, nullable = col.type.rstrip("?"), col.type.endswith("?")
+    if value is None:
+        return None if nullable else "null where a value is required"
+    if base == "bool":
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if base == "int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{value!r} is not an integer"
+        return None if INT64[0] <= value <= INT64[1] else f"{value} does not fit in 64 bits"
+    if base == "float":
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"{value!r} is not a number"
+        return None if math.isfinite(value) and abs(value) < 1e300 else f"{value!r} is not a finite number"
+    return None if isinstance(value, str) else f"{value!r} is not a string"  # str and json (canonical text)
+
+
+def row_problems(row: dict[str, Any]) -> list[str]:
+    """How a row departs from the row model (missing or extra columns, a value of the wrong type, an integer
+    beyond 64 bits, a non-finite number), each naming the column; [] for a row that can be recorded."""
+    out = [f"column '{c}' is missing" for c in SCHEMA if c not in row]
+    out += [f"'{c}' is not a column of the row model" for c in row if c not in SCHEMA]
+    for name, col in SCHEMA.items():
+        if name in row and (problem := _value_problem(col, row[name])) is not None:
+            out.append(f"column '{name}': {problem}")
+    return out
 
 
 def label_columns(lb: Labels) -> dict[str, Any]:

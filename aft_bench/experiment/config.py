@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,17 +20,20 @@ from aft_bench.tasks.workloads import Workload, WorkloadSet, load_workloads
 MAX_CELLS = 2_000_000
 
 
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]  # a seed is recorded in an int64 column
+
+
 class Network(BaseModel):
     """ToolPro's simulated network and decision clock: per round trip, per agent decision, per program built."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     rtt_ms: float = Field(ge=0)
     decision_ms: float = Field(ge=0)
     build_ms: float = Field(ge=0)
 
 
 class Experiment(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -48,8 +51,8 @@ class Experiment(BaseModel):
     workloads: tuple[str, ...] = ()  # empty: every workload the comparisons name
     comparisons: tuple[str, ...] = ()  # adds each comparison's treatment and control on its workload
     conditions: tuple[str, ...] = ()  # run on every listed workload (e.g. the ladder)
-    seeds: tuple[int, ...] = Field(default=(0,), min_length=1, max_length=100_000)
-    workload_seeds: dict[str, tuple[int, ...]] = Field(default_factory=dict)  # per-workload override
+    seeds: tuple[Seed, ...] = Field(default=(0,), min_length=1, max_length=100_000)
+    workload_seeds: dict[str, tuple[Seed, ...]] = Field(default_factory=dict)  # per-workload override
     repetitions: int = Field(default=1, ge=1, le=10_000)
     agents: tuple[dict[str, Any], ...] = Field(default=(DEFAULT_AGENT,), min_length=1, max_length=1000)
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
@@ -65,7 +68,7 @@ SPEND_FIELDS = {"max_cost_usd", "max_tokens_total"}
 
 
 class ConfigFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     experiment: Experiment
 
 

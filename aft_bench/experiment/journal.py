@@ -15,7 +15,13 @@ from typing import Any, Iterable
 
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_json
-from aft_bench.common.errors import InputError
+from aft_bench.common.errors import EvidenceError, InputError
+from aft_bench.episode.row import row_problems, with_late_columns
+
+
+class UnrecordableRow(ValueError):
+    """A row the row model cannot hold (an integer beyond 64 bits, a non-finite number, a missing column): it is
+    never journaled, so no folder reaches a state that compaction or a rerun cannot complete."""
 
 
 def encode(row: dict[str, Any]) -> str:
@@ -51,8 +57,9 @@ def read_rows(path: Path, repair: bool = False) -> list[dict[str, Any]]:
                 break
             raise InputError(path, f"line {i + 1}", line[:80].decode("utf-8", "replace"),
                              "journal line is corrupt (not a torn tail): refusing to guess")
-        rows.append(row)
+        rows.append(with_late_columns(row))
         good_bytes += len(line) + 1
+    _check_rows(path, rows)
     if tail and repair:
         with open(path, "r+b") as fh:
             fh.truncate(good_bytes)
@@ -61,15 +68,37 @@ def read_rows(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def _check_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Refuse a journal whose verified lines are still not results: a row off the row model, or a run twice."""
+    first: dict[Any, int] = {}
+    for i, row in enumerate(rows, start=1):
+        found = row_problems(row)
+        if found:
+            raise EvidenceError(f"{path}: line {i}: {found[0]}{f' (and {len(found) - 1} more)' if len(found) > 1 else ''}"
+                                f"; the journal is damaged or was not written by this aft-bench")
+        rid = row.get("run_id")
+        if rid in first:
+            raise EvidenceError(f"{path}: lines {first[rid]} and {i} both record run {rid}; the journal is damaged "
+                                f"(a run is recorded once)")
+        first[rid] = i
+
+
 class Journal:
     """Append-only writer; one process (the runner's parent) writes it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows = read_rows(path, repair=True)
+        self._ids = {r["run_id"] for r in self.rows}
         self._fh = open(path, "a", encoding="utf-8")
 
     def append(self, row: dict[str, Any]) -> None:
+        """Make one row durable; a row the row model cannot hold raises UnrecordableRow and writes nothing."""
+        found = row_problems(row)
+        if found:
+            raise UnrecordableRow("; ".join(found))
+        if row["run_id"] in self._ids:
+            raise UnrecordableRow(f"run {row['run_id']} is recorded already")
         line = encode(row)
         if crashpoints.armed("mid_row"):
             self._fh.write(line[: len(line) // 2])
@@ -81,6 +110,7 @@ class Journal:
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.rows.append(row)
+        self._ids.add(row["run_id"])
         crashpoints.hit("after_row")
 
     def close(self) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench.common.errors import InputError, OutputError
-from aft_bench.common.files import read_json
+from aft_bench.common.files import read_json, refuse_special
 from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import append_record, read_records
 from aft_bench.experiment.provenance import manifest
+
+LEFTOVERS = ("manifest.json.tmp",)  # what an interrupted first write of ours leaves: not someone else's folder
 
 
 class RunDirectory:
@@ -28,6 +30,7 @@ class RunDirectory:
     def __enter__(self) -> RunDirectory:
         if self.out.exists() and not self.out.is_dir():
             raise InputError(self.out, "--out", str(self.out), "is a file, not a folder")
+        refuse_special(self.out)  # a FIFO where the lock or the journal should be would block forever
         if self._foreign():  # refuse before creating anything in someone else's folder
             raise InputError(self.out, "--out", str(self.out),
                              "directory holds files but no aft-bench manifest.json; choose a new or empty one")
@@ -54,9 +57,9 @@ class RunDirectory:
             names = {p.name for p in self.out.iterdir()} if self.out.is_dir() else set()
         except OSError as exc:
             raise InputError(self.out, "--out", str(self.out), f"cannot list: {exc.strerror}") from None
-        return bool(names - {self.LOCK}) and "manifest.json" not in names
+        return bool(names - {self.LOCK, *LEFTOVERS}) and "manifest.json" not in names
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
         self._fh.close()
 

@@ -13,7 +13,7 @@ from aft_bench.common.errors import CeilingReached, EvidenceError, OutputError
 from aft_bench.episode.row import write_parquet
 from aft_bench.experiment import evidence, executors, freeze
 from aft_bench.experiment.config import Matrix
-from aft_bench.experiment.journal import Journal, append_record, ids
+from aft_bench.experiment.journal import Journal, UnrecordableRow, append_record, ids
 from aft_bench.experiment.rundir import RunDirectory
 from aft_bench.experiment.spend import Spend
 
@@ -98,7 +98,8 @@ def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend
             yield from executors.concurrent_processes(matrix, networked, out, limits, spend,
                                                       min(loops, len(networked)))
         else:
-            yield from executors.concurrent(matrix, networked, out, limits, spend.open)
+            yield from executors.concurrent(matrix, networked, out, limits, spend.open, spend.add)  # counted
+            # before the slot frees, so the next tuple sees it (before: only once the runner received the row)
     if workers > 1 and len(local) > 1:
         yield from executors.process_pool(matrix, local, out, min(workers, len(local)))
     else:
@@ -137,7 +138,11 @@ class _Sized:
 def _record(journal: Journal, out: Path, kind: str, data: dict[str, Any], extra: dict[str, Any]) -> None:
     try:
         if kind == "row":
-            journal.append({**data, **extra})
+            try:
+                journal.append({**data, **extra})
+            except UnrecordableRow as exc:  # e.g. a provider's impossible usage: never journaled, the tuple pending
+                append_record(out / "failures.jsonl", {"run_id": data.get("run_id"), "session": extra["session"],
+                                                       "error": "UnrecordableRow", "message": str(exc)[:2000]})
         else:
             append_record(out / "failures.jsonl", {**data, "session": extra["session"]})
     except OSError as exc:

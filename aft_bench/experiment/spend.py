@@ -16,11 +16,17 @@ class Spend:
         self.cost = 0.0
         self.tokens = 0
         self._lock = threading.Lock()
+        self._counted: set[Any] = set()
         for r in rows:
             self.add(r)
 
     def add(self, row: dict[str, Any]) -> None:
+        """Count a row's spend once (an executor counts it before its slot frees, the runner again on receipt)."""
         with self._lock:
+            if row.get("run_id") is not None:
+                if row["run_id"] in self._counted:
+                    return
+                self._counted.add(row["run_id"])
             self.cost += row.get("cost_usd") or 0.0
             self.tokens += int(row.get("prompt_tokens") or 0) + int(row.get("completion_tokens") or 0)
 

@@ -13,12 +13,14 @@ import shlex
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aft_bench.common.datafile import validate
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json
+from aft_bench.common.secrets import redact
 from aft_bench.interface.ranking import Candidate
 from aft_bench.interface.router import Router
 
@@ -61,8 +63,12 @@ def save_catalog(cat: CatalogFile, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def import_mcp(cmd: str | None = None, url: str | None = None) -> CatalogFile:
-    """A real MCP server's tools (started by `cmd` over stdio, or at `url` over HTTP) as pending cards."""
+IMPORT_TIMEOUT_S = 30.0  # a server that never answers its listing is a failed import, not a hang
+
+
+def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float = IMPORT_TIMEOUT_S) -> CatalogFile:
+    """A real MCP server's tools (started by `cmd` over stdio, or at `url` over HTTP) as pending cards, within
+    `timeout_s`. The command or URL is stored as the catalog's source with any credential in it redacted."""
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -83,7 +89,11 @@ def import_mcp(cmd: str | None = None, url: str | None = None) -> CatalogFile:
 
     with tempfile.TemporaryFile("w+") as errlog:  # the server's own stderr, quoted only if it fails
         try:
-            server, tools = asyncio.run(listing(errlog))
+            server, tools = asyncio.run(asyncio.wait_for(listing(errlog), timeout_s))
+        except TimeoutError:
+            flag, value = ("--cmd", cmd) if cmd is not None else ("--url", url)
+            raise InputError(flag, flag, redact(value or ""), f"the MCP server did not list its tools within "
+                             f"{timeout_s:g} s") from None
         except Exception as exc:  # noqa: BLE001 - whatever the server or transport did: one line naming it
             errlog.seek(0)
             said = " ".join(errlog.read().split()[-40:])
@@ -95,8 +105,17 @@ def import_mcp(cmd: str | None = None, url: str | None = None) -> CatalogFile:
         hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else {}
         cards.append(Card(name=t.name, description=t.description or "", input_schema=dict(t.input_schema or {}),
                           hints=hints))
-    source = {"server": server, **({"cmd": cmd} if cmd else {"url": url or ""})}
+    source = {"server": server, **({"cmd": redact(cmd)} if cmd else {"url": _without_userinfo(redact(url or ""))})}
     return CatalogFile(source=source, tools=tuple(cards))
+
+
+def _without_userinfo(url: str) -> str:
+    """A URL with any user:password part replaced (it is a credential)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=f"[redacted]@{host}" + (f":{parts.port}" if parts.port else "")))
 
 
 def review(cat: CatalogFile, path: Path, approve: list[str], block: list[str], pin: list[str],

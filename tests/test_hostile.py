@@ -1,0 +1,386 @@
+"""Defects a hostile probe found, one test each (each failed before its fix): damaged journals accepted, values
+the results table cannot hold wedging a folder, leftovers of interrupted writes refusing later commands, served
+episodes lost to a signal or merged into a dead attempt's trace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mcp import Client, StdioServerParameters
+
+from aft_bench.cli.main import main
+from aft_bench.experiment.journal import encode
+
+from conftest import WORLDS
+
+EXE = str(Path(sys.executable).with_name("aft-bench"))
+SMALL = '[experiment]\nid = "h"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n'
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".runner.lock"))
+    return dst
+
+
+def _small_run(tmp_path: Path, name: str = "r") -> tuple[Path, Path]:
+    cfg = tmp_path / "h.toml"
+    cfg.write_text(SMALL)
+    out = tmp_path / name
+    assert main(["run", str(cfg), "--out", str(out), "--workers", "1"]) == 0
+    return cfg, out
+
+
+def _rewrite_journal(out: Path, change) -> None:
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    rows = [json.loads(ln)["row"] for ln in lines]
+    (out / "journal.jsonl").write_text("".join(encode(r) for r in change(rows)))
+
+
+@pytest.mark.parametrize("damage", ["duplicate", "missing column", "extra column", "wrong type"])
+def test_a_damaged_journal_stops_run_and_fails_the_audit(tmp_path: Path, capsys, damage: str) -> None:
+    """Checksummed lines whose rows are not results (a run twice, a column missing or extra, a wrong type)."""
+    cfg, out = _small_run(tmp_path)
+    changes = {
+        "duplicate": lambda rows: rows + rows[-1:],
+        "missing column": lambda rows: [rows[0], {k: v for k, v in rows[1].items() if k != "outcome"}],
+        "extra column": lambda rows: [rows[0], {**rows[1], "bonus": 1}],
+        "wrong type": lambda rows: [rows[0], {**rows[1], "duplicate_effects": "1"}],
+    }
+    _rewrite_journal(out, changes[damage])
+    (out / "results.parquet").unlink()  # so that nothing but the journal could vouch for the rows
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(out), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "journal.jsonl: line" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "results.parquet").exists()  # nothing compacted from a damaged journal
+    assert main(["audit", str(out)]) == 1
+
+
+def test_seeds_beyond_64_bits_are_refused_before_anything_exists(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SMALL + "seeds = [9223372036854775808]\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "experiment.seeds.0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main(["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5",
+                 "--seed", str(2**63), "--out", str(tmp_path / "s")]) == 2
+    assert "--seed" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+
+class _Liar(BaseHTTPRequestHandler):
+    """An OpenAI-compatible provider that answers report_outcome and reports 10^20 prompt tokens."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "liar", "choices": [{
+            "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "report_outcome", "arguments": json.dumps(
+                    {"action": "escalate", "claim": "unknown"})}}]}}],
+            "usage": {"prompt_tokens": 10**20, "completion_tokens": 1, "total_tokens": 10**20 + 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_provider_reporting_impossible_usage_leaves_the_tuple_pending_not_the_folder_wedged(tmp_path: Path,
+                                                                                             capsys) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Liar)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = tmp_path / "l.toml"
+        cfg.write_text(SMALL + f'[[experiment.agents]]\nname = "llm"\nmodel = "openai/liar"\napi_base = '
+                       f'"http://127.0.0.1:{server.server_port}/v1"\nretries = 0\n')
+        out = tmp_path / "o"
+        for _ in range(2):  # and a rerun completes what it can, again
+            assert main(["run", str(cfg), "--out", str(out)]) == 1
+            assert "pending" in capsys.readouterr().err
+            assert (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) == 0
+        failures = [json.loads(ln) for ln in (out / "failures.jsonl").read_text().splitlines()]
+        assert {f["error"] for f in failures if f.get("run_id")} == {"UnrecordableRow"}
+        assert "does not fit in 64 bits" in failures[-1]["message"]
+    finally:
+        server.shutdown()
+
+
+def test_leftovers_of_interrupted_writes_are_healed_not_refused(smoke_results: Path, tmp_path: Path) -> None:
+    d = _copy(smoke_results, tmp_path / "d")
+    (d / ".analysis-old").mkdir()
+    (d / ".analysis-old" / "primary.json").write_text("[]")
+    assert main(["analyze", str(d), "--resamples", "50", "--permutations", "50"]) == 0
+    assert not (d / ".analysis-old").exists() and (d / "analysis" / "primary.json").read_text() != "[]"
+    (d / ".report-old").mkdir()
+    (d / ".report-old" / "report.md").write_text("old")
+    assert main(["report", str(d)]) == 0 and not (d / ".report-old").exists()
+    shutil.rmtree(d / "analysis")  # interrupted between the two renames: only the old copy is left
+    shutil.copytree(smoke_results / "analysis", d / ".analysis-old")
+    assert main(["analyze", str(d), "--resamples", "50", "--permutations", "50"]) == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "manifest.json.tmp").write_text("{")  # a full disk during the very first manifest write
+    cfg = tmp_path / "h.toml"
+    cfg.write_text(SMALL)
+    assert main(["run", str(cfg), "--out", str(fresh), "--workers", "1"]) == 0
+
+
+def _stdio_server(tmp_path: Path, out: Path) -> tuple[StdioServerParameters, Path]:
+    pidfile = tmp_path / "pid"
+    args = ["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I3", "--out", str(out),
+            "--worlds", str(WORLDS), "--agent", "sig"]
+    script = f'echo $$ > {pidfile}; exec {EXE} ' + " ".join(args)
+    return StdioServerParameters(command="/bin/sh", args=["-c", script]), pidfile
+
+
+def _charge_then_signal(params: StdioServerParameters, pidfile: Path, signum: int) -> None:
+    async def play() -> None:
+        try:
+            async with Client(params) as client:
+                await client.call_tool("get_order", {"order_id": "o1"})
+                await client.call_tool("charge_payment", {"order_id": "o1", "amount": 50, "note": ""})
+                os.kill(int(pidfile.read_text()), signum)
+                await asyncio.sleep(3)
+        except BaseException:  # noqa: BLE001 - the server went away under the client: expected
+            pass
+
+    asyncio.run(play())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_a_stdio_server_records_the_episode_first(tmp_path: Path, signum: int) -> None:
+    out = tmp_path / "o"
+    params, pidfile = _stdio_server(tmp_path, out)
+    _charge_then_signal(params, pidfile, signum)
+    for _ in range(50):
+        if (out / "results.parquet").exists():
+            break
+        time.sleep(0.1)
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert row["terminal_action"] == "none" and row["tool_calls"] >= 2  # the committed charge is in the record
+    assert main(["audit", str(out)]) == 0
+
+
+def test_serving_a_tuple_again_after_a_killed_server_starts_a_fresh_attempt(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    params, pidfile = _stdio_server(tmp_path, out)
+    _charge_then_signal(params, pidfile, signal.SIGKILL)
+    assert not (out / "results.parquet").exists() and len(list((out / "traces").glob("*.jsonl"))) == 1
+
+    async def again() -> None:
+        async with Client(params) as client:
+            await client.call_tool("report_outcome", {"action": "escalate", "claim": "unknown"})
+
+    asyncio.run(again())
+    for _ in range(50):
+        if (out / "results.parquet").exists():
+            break
+        time.sleep(0.1)
+    assert len(pd.read_parquet(out / "results.parquet")) == 1
+    assert len(list((out / "quarantine").rglob("*.jsonl"))) == 1  # the dead attempt, kept aside
+    assert main(["audit", str(out)]) == 0  # the new trace is not appended to the dead one
+
+
+class _SlowLoris(BaseHTTPRequestHandler):
+    """A provider that answers at once and then sends its body one byte a second, forever."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(1.0)
+        except OSError:
+            pass
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_provider_that_never_finishes_its_body_ends_within_the_deadline(tmp_path: Path, capsys) -> None:
+    """timeout_s bounds the whole call, not each read: timeout_s x (retries + 1) + the backoff cap."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowLoris)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = tmp_path / "s.toml"
+        cfg.write_text('[experiment]\nid = "s"\nworkloads = ["response_loss"]\nconditions = ["I5"]\n'
+                       'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/slow"\n'
+                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\ntimeout_s = 2\nretries = 1\n'
+                       'backoff_s = 500\nmax_backoff_s = 0.5\n')
+        t0 = time.monotonic()
+        assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 1
+        took = time.monotonic() - t0
+        assert took < 2 * 2 + 0.5 + 4, took  # + start-up and litellm's import
+        assert "pending" in capsys.readouterr().err
+        failure = json.loads((tmp_path / "o" / "failures.jsonl").read_text().splitlines()[-1])
+        assert "CallDeadline" in failure["message"]
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(("setting", "field"), [
+    ('timeout_s = inf', "timeout_s"), ('backoff_s = nan', "backoff_s"), ('timeout_s = 0', "timeout_s"),
+    ('input_usd_per_mtok = -1\noutput_usd_per_mtok = 1', "input_usd_per_mtok"),
+    ('api_base = "http://me:sk-abcdefghijklmnopqrstuv@127.0.0.1/v1"', "api_base"),
+    ('api_base = "not a url"', "api_base"), ('model = "sk-abcdefghijklmnopqrstuvwxyz"', "model"),
+])
+def test_impossible_or_secret_agent_settings_are_refused_by_validate_and_run(tmp_path: Path, capsys, setting,
+                                                                            field) -> None:
+    base = {"model": 'model = "openai/x"'}
+    lines = [setting] + ([base["model"]] if not setting.startswith("model") else [])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SMALL + '[[experiment.agents]]\nname = "llm"\n' + "\n".join(lines) + "\n")
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and len(err.strip().splitlines()) == 1 and "sk-abc" not in err
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert field in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_network_settings_and_ceilings_must_be_finite(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "n.toml"
+    cfg.write_text(SMALL + "max_cost_usd = inf\n")
+    assert main(["validate", str(cfg)]) == 2 and "max_cost_usd" in capsys.readouterr().err
+    cfg.write_text(SMALL + "[experiment.network]\nrtt_ms = nan\ndecision_ms = 1\nbuild_ms = 1\n")
+    assert main(["validate", str(cfg)]) == 2 and "rtt_ms" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "x", "--resamples", "0"], ["analyze", "x", "--permutations", "-3"], ["run", "c", "--out", "o",
+    "--max-cost", "nan"], ["fake-llm", "--latency", "inf"], ["fake-llm", "--port", "70000"],
+    ["serve", "--workload", "w", "--task", "t", "--condition", "I5", "--port", "-1"], ["run"], ["no-such-command"],
+])
+def test_a_bad_flag_is_one_line_naming_it(argv, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("aft-bench: error:") and "usage:" not in err
+
+
+def test_a_port_in_use_is_exit_1_and_leaves_nothing(tmp_path: Path, capsys) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5",
+                     "--transport", "http", "--port", str(port), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert f"--port {port}" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+class _NaNModel(BaseHTTPRequestHandler):
+    """A model whose first tool call has NaN arguments, then reports."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        answered = any(m.get("role") == "tool" for m in request["messages"])
+        name, args = ("report_outcome", '{"action": "escalate", "claim": "unknown"}') if answered else \
+            ("get_order", '{"order_id": NaN}')
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "nan", "choices": [{
+            "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_nan_arguments_from_a_model_are_an_invalid_call_answered_to_it(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NaNModel)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = tmp_path / "n.toml"
+        cfg.write_text('[experiment]\nid = "n"\nworkloads = ["response_loss"]\nconditions = ["I5-discovery"]\n'
+                       'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/nan"\n'
+                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\nretries = 0\n')
+        out = tmp_path / "o"
+        assert main(["run", str(cfg), "--out", str(out)]) == 0
+        row = pd.read_parquet(out / "results.parquet").iloc[0]
+        assert (row["terminal_action"], row["invalid_tool_calls"], row["tool_calls"]) == ("escalate", 1, 0)
+        assert main(["audit", str(out)]) == 0
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("where", ["journal.jsonl", ".runner.lock", "traces/x.jsonl"])
+def test_a_fifo_where_a_file_should_be_is_refused_not_waited_on(tmp_path: Path, capsys, where: str) -> None:
+    cfg, out = _small_run(tmp_path)
+    target = out / where
+    if target.exists():
+        target.unlink()
+    os.mkfifo(target)
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(out), "--workers", "1"]) == 2  # returns: it did not block
+    err = capsys.readouterr().err
+    assert "named pipe" in err and target.name in err and len(err.strip().splitlines()) == 1
+    assert main(["audit", str(out)]) == 2 and "named pipe" in capsys.readouterr().err
+
+
+SILENT = "import time\ntime.sleep(600)\n"
+
+
+def test_import_mcp_gives_up_on_a_silent_server_and_stores_no_secret(tmp_path: Path, capsys, monkeypatch) -> None:
+    from aft_bench.routing import imported
+
+    silent = tmp_path / "silent.py"
+    silent.write_text(SILENT)
+    monkeypatch.setattr(imported, "IMPORT_TIMEOUT_S", 2.0)
+    monkeypatch.setenv("PLANTED_API_KEY", "canary-0123456789")
+    t0 = time.monotonic()
+    cmd = f"{sys.executable} {silent} --key canary-0123456789"
+    with pytest.raises(Exception) as caught:
+        imported.import_mcp(cmd=cmd, timeout_s=imported.IMPORT_TIMEOUT_S)
+    assert time.monotonic() - t0 < 10 and "within 2 s" in str(caught.value)
+    assert "canary-0123456789" not in str(caught.value)
+    out = tmp_path / "cat.json"  # a real server: its source is stored with the planted key redacted
+    serve = (f"{EXE} serve --workload response_loss --task rl-01-o1 --condition I5-discovery --out "
+             f"{tmp_path / 's'} --worlds {WORLDS} --agent canary-0123456789")
+    assert main(["catalog", "import-mcp", "--cmd", serve, "--out", str(out)]) == 0
+    assert "canary-0123456789" not in out.read_text() and "[redacted]" in out.read_text()
+
+
+def test_at_concurrency_1_no_tuple_starts_once_the_ceiling_is_passed(tmp_path: Path, capsys) -> None:
+    """The row's spend is counted before the episode's slot frees: the second tuple sees the first one's cost."""
+    from aft_bench.agents.fake_llm import FakeModel, index_tasks, serve
+
+    srv = serve(FakeModel(index_tasks([WORLDS]), policy="capability"))
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text('[experiment]\nid = "c"\nworkloads = ["response_loss"]\nconditions = ["I5", "I4"]\n'
+                       'tasks_per_workload = 2\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/gpt-4o-mini"\n'
+                       f'api_base = "http://127.0.0.1:{srv.server_port}/v1"\nconcurrency = 1\n')
+        out = tmp_path / "o"
+        assert main(["run", str(cfg), "--out", str(out), "--max-cost", "0.0000001"]) == 3
+        assert len(pd.read_parquet(out / "results.parquet")) == 1  # the first passed the ceiling; none after it
+    finally:
+        srv.shutdown()
