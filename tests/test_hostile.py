@@ -384,3 +384,66 @@ def test_at_concurrency_1_no_tuple_starts_once_the_ceiling_is_passed(tmp_path: P
         assert len(pd.read_parquet(out / "results.parquet")) == 1  # the first passed the ceiling; none after it
     finally:
         srv.shutdown()
+
+
+CANARY = "sk-canaryQ7f3k9LmN2pR5tV8wX1yZ4"  # key-shaped, and planted in the environment
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """A provider that echoes the request's Authorization header everywhere it can: the reply's text, the tool
+    call's arguments and, on the first request of each conversation, an error body."""
+
+    protocol_version = "HTTP/1.1"
+    calls = 0
+
+    def do_POST(self) -> None:  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        auth = self.headers.get("Authorization", "")
+        type(self).calls += 1
+        if type(self).calls == 1:
+            body, status = json.dumps({"error": {"message": f"bad key {auth}", "type": "server_error"}}).encode(), 500
+        else:
+            if any(m.get("role") == "tool" for m in request["messages"]):
+                name, args = "report_outcome", json.dumps({"action": "escalate", "claim": "unknown",
+                                                           "evidence": f"header was {auth}"})
+            else:  # a tool call whose arguments carry the header: traced as the call
+                name, args = "get_order", json.dumps({"order_id": f"header was {auth}"})
+            body, status = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+                {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": f"I saw {auth}",
+                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": args}}]}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode(), 200
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_planted_key_appears_in_no_file_the_harness_writes(tmp_path: Path, monkeypatch) -> None:
+    """The key named by api_key_env, echoed back by the provider in an error, a reply and a tool call's arguments,
+    reaches no journal, table, manifest, trace, failure record, analysis or report."""
+    monkeypatch.setenv("AFT_CANARY_LLM", CANARY)  # a name that does not look like a secret: known by api_key_env
+    _Echo.calls = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = tmp_path / "k.toml"
+        cfg.write_text('[experiment]\nid = "k"\nworkloads = ["response_loss"]\nconditions = ["I5-discovery", "I4"]\n'
+                       'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/m"\n'
+                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\napi_key_env = "AFT_CANARY_LLM"\n'
+                       'retries = 0\nconcurrency = 1\n')
+        out = tmp_path / "o"
+        assert main(["run", str(cfg), "--out", str(out)]) == 1  # the first tuple's provider error: pending
+        assert main(["run", str(cfg), "--out", str(out)]) == 0  # then every tuple recorded
+        assert main(["analyze", str(out), "--resamples", "20", "--permutations", "20"]) == 0
+        assert main(["report", str(out)]) == 0
+    finally:
+        server.shutdown()
+    assert _Echo.calls >= 3 and (out / "failures.jsonl").exists()
+    evidence = [e for e in (out / "traces").glob("*.jsonl") if "header was" in e.read_text()]
+    assert evidence, "the echo should have reached the trace (redacted)"
+    leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    assert leaks == []

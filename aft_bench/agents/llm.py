@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
-from aft_bench.common.secrets import holds_secret
+from aft_bench.common.secrets import REDACTED, holds_secret, redact
 from aft_bench.interface.tokens import count_tokens, litellm_module
 from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief
@@ -288,6 +288,20 @@ class LLMAgent:
         cap = self.params.max_episode_tokens
         return cap is not None and self._usage.prompt_tokens + self._usage.completion_tokens >= cap
 
+    def _scrubber(self) -> Any:
+        """Text from the provider with this agent's key (by value) and any key-shaped string redacted, before it
+        becomes an action, a message or a trace event."""
+        key = os.environ.get(self.params.api_key_env) if self.params.api_key_env else None
+
+        def scrub(text: Any) -> Any:
+            if not isinstance(text, str):
+                return text
+            if key and len(key) >= 4:
+                text = text.replace(key, REDACTED)
+            return redact(text)
+
+        return scrub
+
     def _request(self) -> dict[str, Any]:
         tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
         return {"model": self.params.model, "messages": self._messages, "tools": tools,
@@ -337,10 +351,11 @@ class LLMAgent:
         cost = float(cost) if isinstance(cost, (int, float)) else None
         tool_tokens = count_tokens(json.dumps(request["tools"], sort_keys=True))  # tool text the model saw
         message = response.choices[0].message
+        scrub = self._scrubber()  # a provider that echoes the Authorization header: the key stops here
         calls = [{"id": c.id, "type": "function",
-                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                  "function": {"name": scrub(c.function.name), "arguments": scrub(c.function.arguments)}}
                  for c in (getattr(message, "tool_calls", None) or [])]
-        reply = {"content": getattr(message, "content", None), "tool_calls": calls}
+        reply = {"content": scrub(getattr(message, "content", None)), "tool_calls": calls}
         sent = len(request_text) + len(json.dumps(reply).encode())
         self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
                                           cost_usd=cost, retries=attempt, latency_s=waited, model_bytes=sent)
