@@ -148,6 +148,7 @@ def test_a_significant_effect_that_favours_the_control_does_not_meet_the_criteri
     right = {r["comparison"]: r for r in json.loads((out / "analysis" / "primary.json").read_text())}
     wrong = {r["comparison"]: r for r in json.loads((swapped / "analysis" / "primary.json").read_text())}
     assert right["duplicate_effects"]["utility_diff"] > 0 and right["duplicate_effects"]["criterion_met"] is True
+    assert right["duplicate_effects"]["caveat"] is None  # enough clusters, every fault fired: nothing to flag
     assert wrong["duplicate_effects"]["utility_diff"] < 0 and wrong["duplicate_effects"]["p_adjusted"] < 0.05
     assert wrong["duplicate_effects"]["criterion_met"] is False
 

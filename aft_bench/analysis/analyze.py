@@ -143,6 +143,29 @@ def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
     return out
 
 
+def manipulation(df: pd.DataFrame, comp: Comparison, row: dict[str, Any], opts: Options) -> dict[str, Any]:
+    """Did the comparison's manipulation happen, and can its test ever succeed? Per arm, the share of faulted
+    runs whose planned fault fired (None without planned faults); the smallest p-value a sign flip of its task
+    clusters can give; and a `caveat` naming what makes "no effect" unreadable (faults that never fired, too few
+    clusters to reach significance), None when there is nothing to say."""
+    out: dict[str, Any] = {}
+    notes = []
+    for arm in ("treatment", "control"):
+        rows = arm_rows(df, comp, arm)
+        planned = rows["fault_fired"].dropna() if "fault_fired" in rows.columns else rows.iloc[0:0]
+        share = float(planned.astype(bool).mean()) if len(planned) else None
+        out[f"{arm}_fault_fired_share"] = share
+        if share is not None and share == 0.0:
+            notes.append(f"its faults never fired in the {arm} arm ({len(planned)} faulted runs)")
+    clusters = int(row.get("clusters") or 0)
+    min_p = min(1.0, 2.0 ** (1 - clusters)) if clusters and opts.flip_unit == "cluster" else None
+    out["min_p_possible"] = min_p
+    if min_p is not None and min_p >= ALPHA:
+        notes.append(f"{clusters} task cluster(s) cannot reach p < {ALPHA} (the smallest possible p is {min_p:.3g})")
+    out["caveat"] = "; ".join(notes) or None
+    return out
+
+
 def _none(x: Any) -> Any:
     return None if isinstance(x, float) and np.isnan(x) else x
 
@@ -161,6 +184,7 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
         all_pairs.append(pairs)
         row = {"comparison": comp.id, **estimate(pairs, comp, opts), "test": comp.test, "margin": comp.margin,
                "endpoint": comp.endpoint, "direction": comp.direction, **_events(df, comp)}
+        row.update(manipulation(df, comp, row, opts))
         (primary if comp.family == "primary" else secondary).append(row)
         models = sorted(pairs["model"].unique()) if len(pairs) else []
         for model in models:

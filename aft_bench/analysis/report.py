@@ -67,8 +67,20 @@ def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adj
                     "utility diff": _fmt(r["utility_diff"]),
                     "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
                     "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
-                    "criterion met": _fmt(r["criterion_met"]), "paper (reference)": ref_text})
+                    "criterion met": _fmt(r["criterion_met"]),
+                    "faults fired (T / C)": _fired(r), "paper (reference)": ref_text})
     return pd.DataFrame(out)
+
+
+def _fired(r: dict[str, Any]) -> str:
+    """Share of each arm's faulted runs whose fault fired ('–' for an arm without planned faults)."""
+    t, c = r.get("treatment_fault_fired_share"), r.get("control_fault_fired_share")
+    return " / ".join("–" if v is None else f"{v:.0%}" for v in (t, c))
+
+
+def _caveats(rows: list[dict[str, Any]]) -> list[str]:
+    """What makes a comparison's absence of an effect unreadable, one sentence each."""
+    return [f"{r['comparison']}: not evidence of no effect, because {r['caveat']}." for r in rows if r.get("caveat")]
 
 
 def _pyplot() -> Any:
@@ -224,8 +236,9 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
         f"({meta['permutations']} flips, seed {meta['seed']}; {unit}), Holm across the primary family; discovery "
         f"recall is a one-sided non-inferiority test at its margin (p and the interval's lower bound). The last "
         f"column is the paper's reported value for reference only (a different evidence layer). "
-        + " ".join(notes), _table3(data["primary"], ref))]
-    sections.append(Section("Secondary comparison", "Outside the Holm family; unadjusted p.",
+        + " ".join(notes + _caveats(data["primary"])), _table3(data["primary"], ref))]
+    sections.append(Section("Secondary comparison", " ".join(["Outside the Holm family; unadjusted p.",
+                                                              *_caveats(data["secondary"])]),
                             _table3(data["secondary"], ref, "p_raw")))
     disc = pd.DataFrame(data["discovery"])
     sections.append(Section("Discovery by catalog size",
