@@ -447,3 +447,24 @@ def test_a_planted_key_appears_in_no_file_the_harness_writes(tmp_path: Path, mon
     assert evidence, "the echo should have reached the trace (redacted)"
     leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
     assert leaks == []
+
+
+@pytest.mark.parametrize("damage", ["garbage", "another run's database"])
+def test_a_damaged_sqlite_database_stops_the_resume_and_fails_the_audit(tmp_path: Path, capsys, damage: str) -> None:
+    cfg = tmp_path / "q.toml"
+    cfg.write_text(SMALL.replace('["duplicate_effects"]', '["unsafe_commits"]') + 'backends = ["sqlite"]\n')
+    out = tmp_path / "o"
+    assert main(["run", str(cfg), "--out", str(out), "--workers", "1"]) == 0
+    assert main(["audit", str(out)]) == 0
+    commits = {p.stem: p.read_text().count('"kind":"commit"') for p in (out / "traces").glob("*.jsonl")}
+    victim, donor = min(commits, key=commits.get), max(commits, key=commits.get)
+    assert commits[victim] != commits[donor]  # guarded runs refuse the stale write, unguarded ones commit it
+    if damage == "garbage":
+        (out / "db" / f"{victim}.sqlite").write_bytes(b"not a database at all" * 100)
+    else:  # a database swapped in from another run: it opens, but does not hold this run's commits
+        shutil.copy(out / "db" / f"{donor}.sqlite", out / "db" / f"{victim}.sqlite")
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(out), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert victim in err and ("unreadable" if damage == "garbage" else "commit(s)") in err
+    assert main(["audit", str(out)]) == 1

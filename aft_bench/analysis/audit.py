@@ -24,6 +24,7 @@ from aft_bench.common.files import read_json, refuse_special
 from aft_bench.common.paths import WORLDS
 from aft_bench.episode.row import SCHEMA, label_columns
 from aft_bench.experiment.config import Cell
+from aft_bench.experiment.evidence import database_problem
 from aft_bench.experiment.journal import read_records, read_rows
 from aft_bench.judge.rejudge import rejudge
 from aft_bench.runtime.trace import read_events, verify
@@ -162,9 +163,27 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
     if "df" in state:
         checks.extend(_traces_and_labels(d, state["df"], state.get("m", {})))
     run("no rows for failed attempts", lambda: _failures(d, state.get("rows", {})))
+    if "df" in state and (state["df"]["backend"] == "sqlite").any():
+        run("SQLite databases", lambda: _databases(d, state["df"]))
     if manuscript is not None:
         run("manuscript numbers", lambda: _manuscript(d, manuscript))
     return checks
+
+
+def _databases(d: Path, df: pd.DataFrame) -> str:
+    """Every SQLite run's database exists, opens as SQLite and holds exactly its trace's commits."""
+    bad: dict[str, list[str]] = {}
+    runs = df.loc[df["backend"] == "sqlite", "run_id"].tolist()
+    for rid in runs:
+        trace = d / "traces" / f"{rid}.jsonl"
+        try:
+            problem = database_problem(d / "db" / f"{rid}.sqlite", read_events(trace))
+        except (OSError, InputError, TraceIntegrityError) as exc:
+            problem = f"trace unreadable ({exc})"
+        if problem is not None:
+            bad[rid] = [problem]
+    assert not bad, _named(bad, "whose databases do not hold up")
+    return f"{len(runs)} SQLite databases open and hold their traces' commits"
 
 
 def _failures(d: Path, rows: dict[str, dict[str, Any]]) -> str:
