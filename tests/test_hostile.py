@@ -468,3 +468,36 @@ def test_a_damaged_sqlite_database_stops_the_resume_and_fails_the_audit(tmp_path
     err = capsys.readouterr().err
     assert victim in err and ("unreadable" if damage == "garbage" else "commit(s)") in err
     assert main(["audit", str(out)]) == 1
+
+
+BAD_NAMES_SERVER = '''
+import anyio
+import mcp.types as mt
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+async def list_tools(ctx, params):
+    names = ["good_tool", "good_tool", "evil\\u200btool", "rtl\\u202etool", "new\\nline", "ok.name-2"]
+    return mt.ListToolsResult(tools=[mt.Tool(name=n, description="d", input_schema={"type": "object"})
+                                     for n in names])
+
+async def main():
+    server = Server("bad", version="1", on_list_tools=list_tools)
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+
+anyio.run(main)
+'''
+
+
+def test_imported_tool_names_follow_mcps_rule_and_validate_accepts_what_import_writes(tmp_path: Path, capsys) -> None:
+    script = tmp_path / "bad_server.py"
+    script.write_text(BAD_NAMES_SERVER)
+    out = tmp_path / "cat.json"
+    assert main(["catalog", "import-mcp", "--cmd", f"{sys.executable} {script}", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "2 tools" in said and "4 not imported" in said
+    names = [t["name"] for t in json.loads(out.read_text())["tools"]]
+    assert names == ["good_tool", "ok.name-2"]  # the zero-width, right-to-left, newline and repeated ones left out
+    assert main(["validate", str(out)]) == 0 and "tool catalog: 2 tools" in capsys.readouterr().out
+    assert main(["catalog", "review", str(out), "--approve", "good_tool", "--effect", "read"]) == 0

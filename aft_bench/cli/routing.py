@@ -62,7 +62,10 @@ def cmd_catalog_import(args: argparse.Namespace) -> int:
 
     cat = import_mcp(args.cmd, args.url)
     save_catalog(cat, Path(args.out))
-    print(f"{len(cat.tools)} tools from {cat.source.get('server')} written to {args.out}, all pending review")
+    skipped = json.loads(cat.source.get("skipped", "[]"))
+    print(f"{len(cat.tools)} tools from {cat.source.get('server')} written to {args.out}, all pending review"
+          + (f"; {len(skipped)} not imported (a name outside MCP's rule [A-Za-z0-9_.-]{{1,128}}, or a second tool "
+             f"of one name): {', '.join(map(repr, skipped[:5]))}" if skipped else ""))
     return 0
 
 

@@ -143,6 +143,12 @@ def validate_path(raw: str, worlds: Path) -> str:
         if not (p / "world.toml").exists():
             raise InputError(p, "<dir>", str(p), "a folder is validated as a world and holds no world.toml")
         p = p / "world.toml"
+    if p.suffix == ".json":  # the one JSON data file: a tool catalog (what `catalog import-mcp` writes)
+        from aft_bench.routing.imported import load_catalog
+
+        cat = load_catalog(p)
+        states = sorted({t.state for t in cat.tools})
+        return f"ok  {raw}: tool catalog: {len(cat.tools)} tools ({', '.join(states) or 'none'})"
     data = read_toml(p)
     for key, (kind, check) in KINDS.items():
         if key in data:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -28,9 +29,14 @@ Effect = Literal["unknown", "read", "reversible", "compensatable", "irreversible
 State = Literal["pending", "approved", "blocked", "pinned"]
 
 
+# MCP's rule for tool names (2025-11-25): 1-128 characters of ASCII letters, digits, '_', '-' and '.'. A name
+# outside it (zero-width or right-to-left marks, newlines, spaces) is not imported, nor a second tool of one name.
+TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
 class Card(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str = Field(min_length=1)
+    name: str = Field(pattern=TOOL_NAME)
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=dict)
     hints: dict[str, Any] = Field(default_factory=dict)  # the server's annotations: untrusted
@@ -100,12 +106,18 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
             flag, value = ("--cmd", cmd) if cmd is not None else ("--url", url)
             raise InputError(flag, flag, value, f"the MCP server could not be listed ({type(exc).__name__}"
                              f"{': ' + said if said else ''})") from None
-    cards = []
+    cards, skipped, seen = [], [], set()
     for t in tools:
+        if not re.fullmatch(TOOL_NAME, t.name) or t.name in seen:
+            skipped.append(t.name)
+            continue
+        seen.add(t.name)
         hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else {}
         cards.append(Card(name=t.name, description=t.description or "", input_schema=dict(t.input_schema or {}),
                           hints=hints))
     source = {"server": server, **({"cmd": redact(cmd)} if cmd else {"url": _without_userinfo(redact(url or ""))})}
+    if skipped:  # said in the file, so a reviewer sees what the server offered and was not imported
+        source["skipped"] = json.dumps(skipped, ensure_ascii=True)
     return CatalogFile(source=source, tools=tuple(cards))
 
 
