@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from aft_bench.cli.main import main
 from aft_bench.experiment.journal import encode
 
-from conftest import WORLDS
+from conftest import ROOT, WORLDS
 
 EXE = str(Path(sys.executable).with_name("aft-bench"))
 SMALL = '[experiment]\nid = "h"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n'
@@ -501,3 +501,54 @@ def test_imported_tool_names_follow_mcps_rule_and_validate_accepts_what_import_w
     assert names == ["good_tool", "ok.name-2"]  # the zero-width, right-to-left, newline and repeated ones left out
     assert main(["validate", str(out)]) == 0 and "tool catalog: 2 tools" in capsys.readouterr().out
     assert main(["catalog", "review", str(out), "--approve", "good_tool", "--effect", "read"]) == 0
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid`, from /proc."""
+    parents: dict[int, int] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat_file.parent.name)] = int(fields[1])
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to see processes")
+def test_worker_processes_die_with_a_killed_runner(tmp_path: Path) -> None:
+    import subprocess
+
+    runner = subprocess.Popen([EXE, "run", str(ROOT / "configs" / "paper_deterministic.toml"), "--out",
+                               str(tmp_path / "o"), "--workers", "2", "--worlds", str(WORLDS)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        family: set[int] = set()
+        for _ in range(300):  # the forkserver, its two workers, the resource tracker
+            family = _descendants(runner.pid)
+            if len(family) >= 4:
+                break
+            time.sleep(0.05)
+        assert len(family) >= 4, family
+    finally:
+        runner.kill()
+        runner.wait()
+    deadline = time.monotonic() + 10
+    alive = family
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in family if Path(f"/proc/{p}").exists() and "Z" not in _state(p)}
+        time.sleep(0.1)
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert alive == set()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

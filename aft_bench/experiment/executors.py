@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from aft_bench.common.lifetime import die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
 from aft_bench.experiment.config import Cell, Matrix, load_matrix
@@ -86,6 +87,7 @@ def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits:
     """One event-loop process: its share of the cells, at most `limits[spec]` in flight, none started once the
     shared spend reaches the ceiling or the runner sets `stop`; every outcome goes back as soon as it exists,
     then a None."""
+    die_with_parent()
     try:
         matrix = load_matrix(config, Path(worlds))
         for item in concurrent(matrix, indices, Path(out), limits, lambda: spend.open() and not stop.is_set(),
@@ -147,6 +149,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(config: str, worlds: str, out: str) -> None:
+    die_with_parent()  # a worker ends with the forkserver, which ends with the runner
     _WORKER.update(matrix=load_matrix(config, Path(worlds)), out=Path(out))
 
 
