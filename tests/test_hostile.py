@@ -552,3 +552,31 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_programs_printed_output_is_capped_in_the_trace_not_flooding_stderr(tmp_path: Path, capfd) -> None:
+    from contextlib import ExitStack
+    from types import SimpleNamespace
+
+    from aft_bench.agents.protocol import Call, End
+    from aft_bench.episode.episode import run_sync
+    from aft_bench.experiment.build import resolve_cell
+    from aft_bench.experiment.config import Cell
+    from aft_bench.interface.mechanisms import load_conditions
+    from aft_bench.interface.programs import PRINT_CAP
+    from aft_bench.tasks.workloads import load_workloads
+    from test_survivors import Steps
+
+    ctx = SimpleNamespace(workloads=load_workloads(WORLDS), conditions=load_conditions())
+    cell = Cell("payments", "memory", "program_repair", "pr-01-o1-gold", "I0-program-replay", "none", 0, None,
+                "deterministic", '{"max_attempts":3,"name":"deterministic"}', "none", 0)
+    flood = 'for i in range(2000):\n    print("x" * 1000)\n"done"'
+    (tmp_path / "traces").mkdir()
+    with ExitStack() as stack:
+        setup, _agent, _ = resolve_cell(ctx, cell, tmp_path, stack)  # type: ignore[arg-type]
+        run_sync(setup, Steps([lambda _: Call("run_program", {"source": flood}), lambda _: End("abort", "unknown")]))
+    assert len(capfd.readouterr().err) < 10_000  # 2 MB printed, none of it on the host's stderr
+    events = [json.loads(ln) for ln in (tmp_path / "traces" / f"{cell.run_id}.jsonl").read_text().splitlines()]
+    output = [e["data"] for e in events if e["kind"] == "program_output"]
+    assert len(output) == 1 and output[0]["chars"] == 2000 * 1001 and output[0]["truncated"] is True
+    assert len(output[0]["text"]) == PRINT_CAP

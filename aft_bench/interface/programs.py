@@ -109,6 +109,9 @@ def _pool() -> Any:
         return _POOL["pool"]
 
 
+PRINT_CAP = 4096  # characters of a program's printed output kept in the trace
+
+
 @dataclass
 class ProgramRunner:
     """Program submissions of one episode: attempts, the replay history H and the fallback state."""
@@ -175,9 +178,22 @@ class ProgramRunner:
 
         import pydantic_monty
 
+        printed: list[str] = []
+        chars = 0
+
+        def on_print(_stream: str, text: str) -> None:  # kept (capped) in the trace, never on the host's stderr
+            nonlocal chars
+            if chars < PRINT_CAP:
+                printed.append(text[: PRINT_CAP - chars])
+            chars += len(text)
+
         try:
-            with _pool().checkout(limits=pydantic_monty.ResourceLimits(**LIMITS)) as session:  # type: ignore[typeddict-item]
-                value = session.feed_run(source, external_lookup={"CALL": host_call})
+            try:
+                with _pool().checkout(limits=pydantic_monty.ResourceLimits(**LIMITS)) as session:  # type: ignore[typeddict-item]
+                    value = session.feed_run(source, external_lookup={"CALL": host_call}, print_callback=on_print)
+            finally:
+                if chars:
+                    note("program_output", text="".join(printed), chars=chars, truncated=chars > PRINT_CAP)
         except pydantic_monty.MontyError as exc:
             text = str(exc).strip().splitlines()
             note("program_failed", error=(text[-1] if text else type(exc).__name__)[:300], calls=len(made))
