@@ -33,10 +33,10 @@ def _primary(tmp_path: Path, policy: str, tasks: int = 2) -> tuple[dict, str]:
 
 
 def test_an_arm_whose_faults_never_fired_is_flagged_not_reported_as_no_effect(tmp_path: Path) -> None:
-    """The naive policy ignores discovery, so under I5 it never reaches the tool its fault is planned on."""
-    naive, report = _primary(tmp_path, "naive")
-    assert naive["treatment_fault_fired_share"] == 0.0 and naive["control_fault_fired_share"] == 0.0
-    assert "faults never fired in the treatment arm" in naive["caveat"] and naive["criterion_met"] is not True
+    """The blind policy ignores discovery, so under I5 it never reaches the tool its fault is planned on."""
+    blind, report = _primary(tmp_path, "blind")
+    assert blind["treatment_fault_fired_share"] == 0.0 and blind["control_fault_fired_share"] == 0.0
+    assert "faults never fired in the treatment arm" in blind["caveat"] and blind["criterion_met"] is not True
     assert "duplicate_effects: not evidence of no effect, because its faults never fired" in report
     capable, report = _primary(tmp_path, "capability")  # the known negative: every fault fired
     assert capable["treatment_fault_fired_share"] == 1.0 and capable["control_fault_fired_share"] == 1.0

@@ -4,7 +4,10 @@ talks to over real HTTP. It is stateless: each request's conversation is replaye
 Policies (the request's model name is `fake-<policy>`):
 * `capability`: the deterministic agent's policy, from the tools the model is shown (it finds the task's plan
   by the task id and spec in the conversation, as a model would understand the task);
-* `naive`: the same, but it ignores every lifecycle and verification tool (a client that only retries);
+* `naive`: the same, but it ignores every lifecycle and verification tool (a client that only retries); it still
+  finds and loads tools through selective discovery, as any working client must;
+* `blind`: naive, and it ignores discovery too, so under selective discovery it never reaches a business tool (a
+  null agent: what the analysis must flag, never read as a result);
 * `overclaim`: the capability policy, but it always ends claiming success;
 * `invalid`: first an unknown tool, then arguments that are not JSON, then the capability policy.
 Failures are injected at a seeded rate (HTTP 429, 500, a timeout, a dropped connection) and every reply can
@@ -39,8 +42,9 @@ from aft_bench.agents.protocol import Action, End
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief, Script
 
-POLICIES = ("capability", "naive", "overclaim", "invalid")
+POLICIES = ("capability", "naive", "blind", "overclaim", "invalid")
 FAILURES = ("429", "500", "timeout", "drop")
+LIFECYCLE = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect"})
 NOT_BUSINESS = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
                           "search_tools", "describe_tool"})
 NOISE = ("no_such_tool", "{not json")  # what the `invalid` policy sends before it behaves
@@ -259,8 +263,9 @@ class FakeModel:
                    if isinstance(t.get("function"), dict) and t["function"].get("name") != "report_outcome"]
         described = self._described(messages)
         shown = [s for s in schemas if s["name"] not in described]  # the surface as it was at the start
-        if policy == "naive":
-            shown = [s for s in shown if s["name"] not in NOT_BUSINESS]
+        if policy in ("naive", "blind"):  # no lifecycle or verification tool; blind: no discovery tool either
+            ignored = LIFECYCLE if policy == "naive" else NOT_BUSINESS
+            shown = [s for s in shown if s["name"] not in ignored]
         specs = [ToolSpec(s["name"], s.get("description", ""), s.get("parameters", {}),
                           "discovery" if s["name"] in NOT_BUSINESS else "business") for s in shown]
         agent = DeterministicAgent(Params(), script)
