@@ -580,3 +580,18 @@ def test_a_programs_printed_output_is_capped_in_the_trace_not_flooding_stderr(tm
     output = [e["data"] for e in events if e["kind"] == "program_output"]
     assert len(output) == 1 and output[0]["chars"] == 2000 * 1001 and output[0]["truncated"] is True
     assert len(output[0]["text"]) == PRINT_CAP
+
+
+def test_an_oversized_argument_inside_a_program_is_refused_like_at_the_boundary(tmp_path: Path) -> None:
+    from test_survivors import _play
+
+    from aft_bench.agents.protocol import Call, End
+
+    def played(argument: str) -> dict:
+        source = f'CALL("get_order", {{"order_id": {argument}}}, "READ")\n"done"'
+        return _play("program_repair", "pr-01-o1-gold", "I0-program-replay", "none",
+                     [lambda _: Call("run_program", {"source": source}), lambda _: End("abort", "unknown")])
+
+    huge, small = played('"o" * 17_000_000'), played('"o1"')
+    assert small["tool_calls"] == 2  # run_program and the read it made
+    assert huge["tool_calls"] == 1 and huge["program_attempts"] == 1  # it ran; its call never reached the tool

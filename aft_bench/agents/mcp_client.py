@@ -26,7 +26,6 @@ from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief
 
-MAX_ARGS_CHARS = 64 * 1024  # a tool call's arguments, as JSON
 AFTER_REPORT = ("The episode is over: its outcome was already reported, and no further call is executed. "
                 "Stop here.")
 INVALID_CODES = ("unknown_tool", "invalid_arguments")  # interface answers that mean the call itself was malformed

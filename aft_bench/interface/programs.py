@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aft_bench.interface.tools import Observation
+from aft_bench.interface.tools import MAX_ARGS_CHARS, Observation
 
 MAX_SOURCE_CHARS = 64 * 1024
 MAX_ATTEMPTS = 3
@@ -153,6 +153,8 @@ class ProgramRunner:
             if not isinstance(args, dict):
                 raise _ProgramError("CALL's arguments must be a dict")
             key = json.dumps(args, sort_keys=True)
+            if len(key) > MAX_ARGS_CHARS:  # as at the MCP boundary: no trace outgrows what the audit reads
+                raise _ProgramError(f"'{tool}' arguments of {len(key)} characters; the limit is {MAX_ARGS_CHARS}")
             if effect == "WRITE":
                 if self.mode == "replay" and writes < len(prefix) and (prefix[writes][0], prefix[writes][1]) != (tool, key):
                     self.fallback = True

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+MAX_ARGS_CHARS = 64 * 1024  # a tool call's arguments, as JSON: larger ones are refused wherever they arrive
+
 
 @dataclass(frozen=True)
 class ToolSpec:

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aft_bench.agents.llm import REPORT
-from aft_bench.agents.mcp_client import AFTER_REPORT, MAX_ARGS_CHARS, McpAgent, Params
+from aft_bench.agents.mcp_client import AFTER_REPORT, McpAgent, Params
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError
@@ -43,7 +43,7 @@ from aft_bench.episode.row import episode_row
 from aft_bench.experiment.build import resolve_cell
 from aft_bench.experiment.config import Cell
 from aft_bench.interface.mechanisms import Mechanisms, load_conditions
-from aft_bench.interface.tools import Observation, ToolSpec
+from aft_bench.interface.tools import MAX_ARGS_CHARS, Observation, ToolSpec
 from aft_bench.serving.record import ServedDirectory
 from aft_bench.tasks.task import Task
 from aft_bench.tasks.workloads import load_workloads, world_for
