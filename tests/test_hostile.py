@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from mcp import Client, StdioServerParameters
+from stub_provider import REPORT_ESCALATE, answered, error_reply, provider, tool_reply
 
 from aft_bench.cli.main import main
 from aft_bench.experiment.journal import encode
@@ -77,46 +78,25 @@ def test_seeds_beyond_64_bits_are_refused_before_anything_exists(tmp_path: Path,
     assert "--seed" in capsys.readouterr().err and not (tmp_path / "s").exists()
 
 
-class _Liar(BaseHTTPRequestHandler):
-    """An OpenAI-compatible provider that answers report_outcome and reports 10^20 prompt tokens."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "liar", "choices": [{
-            "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "report_outcome", "arguments": json.dumps(
-                    {"action": "escalate", "claim": "unknown"})}}]}}],
-            "usage": {"prompt_tokens": 10**20, "completion_tokens": 1, "total_tokens": 10**20 + 1}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+def _liar(request: dict, headers: object) -> tuple[int, dict]:
+    """A provider that answers report_outcome and reports 10^20 prompt tokens."""
+    return 200, tool_reply("report_outcome", REPORT_ESCALATE, prompt_tokens=10**20)
 
 
 def test_a_provider_reporting_impossible_usage_leaves_the_tuple_pending_not_the_folder_wedged(tmp_path: Path,
                                                                                              capsys) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Liar)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with provider(_liar) as base:
         cfg = tmp_path / "l.toml"
         cfg.write_text(SMALL + f'[[experiment.agents]]\nname = "llm"\nmodel = "openai/liar"\napi_base = '
-                       f'"http://127.0.0.1:{server.server_port}/v1"\nretries = 0\n')
+                       f'"{base}"\nretries = 0\n')
         out = tmp_path / "o"
         for _ in range(2):  # and a rerun completes what it can, again
             assert main(["run", str(cfg), "--out", str(out)]) == 1
             assert "pending" in capsys.readouterr().err
             assert (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) == 0
-        failures = [json.loads(ln) for ln in (out / "failures.jsonl").read_text().splitlines()]
-        assert {f["error"] for f in failures if f.get("run_id")} == {"UnrecordableRow"}
-        assert "does not fit in 64 bits" in failures[-1]["message"]
-    finally:
-        server.shutdown()
+    failures = [json.loads(ln) for ln in (out / "failures.jsonl").read_text().splitlines()]
+    assert {f["error"] for f in failures if f.get("run_id")} == {"UnrecordableRow"}
+    assert "does not fit in 64 bits" in failures[-1]["message"]
 
 
 def test_leftovers_of_interrupted_writes_are_healed_not_refused(smoke_results: Path, tmp_path: Path) -> None:
@@ -200,7 +180,7 @@ class _SlowLoris(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -291,45 +271,24 @@ def test_a_port_in_use_is_exit_1_and_leaves_nothing(tmp_path: Path, capsys) -> N
     assert f"--port {port}" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
 
 
-class _NaNModel(BaseHTTPRequestHandler):
+def _nan_model(request: dict, headers: object) -> tuple[int, dict]:
     """A model whose first tool call has NaN arguments, then reports."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:  # noqa: N802
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        answered = any(m.get("role") == "tool" for m in request["messages"])
-        name, args = ("report_outcome", '{"action": "escalate", "claim": "unknown"}') if answered else \
-            ("get_order", '{"order_id": NaN}')
-        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "nan", "choices": [{
-            "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}]}}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+    if answered(request):
+        return 200, tool_reply("report_outcome", REPORT_ESCALATE)
+    return 200, tool_reply("get_order", '{"order_id": NaN}')
 
 
 def test_nan_arguments_from_a_model_are_an_invalid_call_answered_to_it(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NaNModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with provider(_nan_model) as base:
         cfg = tmp_path / "n.toml"
         cfg.write_text('[experiment]\nid = "n"\nworkloads = ["response_loss"]\nconditions = ["I5-discovery"]\n'
                        'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/nan"\n'
-                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\nretries = 0\n')
+                       f'api_base = "{base}"\nretries = 0\n')
         out = tmp_path / "o"
         assert main(["run", str(cfg), "--out", str(out)]) == 0
-        row = pd.read_parquet(out / "results.parquet").iloc[0]
-        assert (row["terminal_action"], row["invalid_tool_calls"], row["tool_calls"]) == ("escalate", 1, 0)
-        assert main(["audit", str(out)]) == 0
-    finally:
-        server.shutdown()
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert (row["terminal_action"], row["invalid_tool_calls"], row["tool_calls"]) == ("escalate", 1, 0)
+    assert main(["audit", str(out)]) == 0
 
 
 @pytest.mark.parametrize("where", ["journal.jsonl", ".runner.lock", "traces/x.jsonl"])
@@ -389,37 +348,22 @@ def test_at_concurrency_1_no_tuple_starts_once_the_ceiling_is_passed(tmp_path: P
 CANARY = "sk-canaryQ7f3k9LmN2pR5tV8wX1yZ4"  # key-shaped, and planted in the environment
 
 
-class _Echo(BaseHTTPRequestHandler):
-    """A provider that echoes the request's Authorization header everywhere it can: the reply's text, the tool
-    call's arguments and, on the first request of each conversation, an error body."""
+class _Echo:
+    """A provider that echoes the request's Authorization header everywhere it can: an error body (its first
+    answer), the reply's text and a tool call's arguments (traced as the call)."""
 
-    protocol_version = "HTTP/1.1"
     calls = 0
 
-    def do_POST(self) -> None:  # noqa: N802
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        auth = self.headers.get("Authorization", "")
-        type(self).calls += 1
-        if type(self).calls == 1:
-            body, status = json.dumps({"error": {"message": f"bad key {auth}", "type": "server_error"}}).encode(), 500
-        else:
-            if any(m.get("role") == "tool" for m in request["messages"]):
-                name, args = "report_outcome", json.dumps({"action": "escalate", "claim": "unknown",
-                                                           "evidence": f"header was {auth}"})
-            else:  # a tool call whose arguments carry the header: traced as the call
-                name, args = "get_order", json.dumps({"order_id": f"header was {auth}"})
-            body, status = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
-                {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": f"I saw {auth}",
-                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": args}}]}}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode(), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+    @classmethod
+    def answer(cls, request: dict, headers: object) -> tuple[int, dict]:
+        auth = headers.get("Authorization", "")  # type: ignore[attr-defined]
+        cls.calls += 1
+        if cls.calls == 1:
+            return 500, error_reply(f"bad key {auth}")
+        if answered(request):
+            args = json.dumps({"action": "escalate", "claim": "unknown", "evidence": f"header was {auth}"})
+            return 200, tool_reply("report_outcome", args, content=f"I saw {auth}")
+        return 200, tool_reply("get_order", json.dumps({"order_id": f"header was {auth}"}), content=f"I saw {auth}")
 
 
 def test_a_planted_key_appears_in_no_file_the_harness_writes(tmp_path: Path, monkeypatch) -> None:
@@ -427,21 +371,17 @@ def test_a_planted_key_appears_in_no_file_the_harness_writes(tmp_path: Path, mon
     reaches no journal, table, manifest, trace, failure record, analysis or report."""
     monkeypatch.setenv("AFT_CANARY_LLM", CANARY)  # a name that does not look like a secret: known by api_key_env
     _Echo.calls = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with provider(_Echo.answer) as base:
         cfg = tmp_path / "k.toml"
         cfg.write_text('[experiment]\nid = "k"\nworkloads = ["response_loss"]\nconditions = ["I5-discovery", "I4"]\n'
                        'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/m"\n'
-                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\napi_key_env = "AFT_CANARY_LLM"\n'
+                       f'api_base = "{base}"\napi_key_env = "AFT_CANARY_LLM"\n'
                        'retries = 0\nconcurrency = 1\n')
         out = tmp_path / "o"
         assert main(["run", str(cfg), "--out", str(out)]) == 1  # the first tuple's provider error: pending
         assert main(["run", str(cfg), "--out", str(out)]) == 0  # then every tuple recorded
         assert main(["analyze", str(out), "--resamples", "20", "--permutations", "20"]) == 0
         assert main(["report", str(out)]) == 0
-    finally:
-        server.shutdown()
     assert _Echo.calls >= 3 and (out / "failures.jsonl").exists()
     evidence = [e for e in (out / "traces").glob("*.jsonl") if "header was" in e.read_text()]
     assert evidence, "the echo should have reached the trace (redacted)"
@@ -558,6 +498,8 @@ def test_a_programs_printed_output_is_capped_in_the_trace_not_flooding_stderr(tm
     from contextlib import ExitStack
     from types import SimpleNamespace
 
+    from test_survivors import Steps
+
     from aft_bench.agents.protocol import Call, End
     from aft_bench.episode.episode import run_sync
     from aft_bench.experiment.build import resolve_cell
@@ -565,7 +507,6 @@ def test_a_programs_printed_output_is_capped_in_the_trace_not_flooding_stderr(tm
     from aft_bench.interface.mechanisms import load_conditions
     from aft_bench.interface.programs import PRINT_CAP
     from aft_bench.tasks.workloads import load_workloads
-    from test_survivors import Steps
 
     ctx = SimpleNamespace(workloads=load_workloads(WORLDS), conditions=load_conditions())
     cell = Cell("payments", "memory", "program_repair", "pr-01-o1-gold", "I0-program-replay", "none", 0, None,

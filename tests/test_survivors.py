@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pytest
+from stub_provider import REPORT_ESCALATE, error_reply, provider, tool_reply
 
 from aft_bench.agents.protocol import Call, End, Usage
 from aft_bench.cli.main import main
@@ -154,51 +155,29 @@ def test_a_significant_effect_that_favours_the_control_does_not_meet_the_criteri
 
 
 # -- retries (agents/llm.py) ------------------------------------------------------------------------------------
-class _FailsOnce(BaseHTTPRequestHandler):
-    """A provider whose very first request gets a 500; every later one reports the outcome."""
+class _FailsOnce:
+    """A provider whose first request gets a 500 (when armed); every request after reports the outcome."""
 
-    protocol_version = "HTTP/1.1"
-    seen = 0
-    lock = threading.Lock()
+    def __init__(self, fail_first: bool) -> None:
+        self.pending_failure = fail_first
+        self.lock = threading.Lock()
 
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+    def __call__(self, request: dict, headers: object) -> tuple[int, dict]:
         with self.lock:
-            type(self).seen += 1
-            first = type(self).seen == 1
-        if first:
-            body, status = b'{"error": {"message": "overloaded", "type": "server_error"}}', 500
-        else:
-            body, status = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
-                {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": "report_outcome", "arguments":
-                                 '{"action": "escalate", "claim": "unknown"}'}}]}}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode(), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+            fail, self.pending_failure = self.pending_failure, False
+        return (500, error_reply("overloaded")) if fail else (200, tool_reply("report_outcome", REPORT_ESCALATE))
 
 
 @pytest.mark.parametrize("fail_first", [True, False])
 def test_retries_count_repeated_calls_not_attempts(tmp_path: Path, fail_first: bool) -> None:
-    _FailsOnce.seen = 0 if fail_first else 1
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FailsOnce)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with provider(_FailsOnce(fail_first)) as base:
         cfg = tmp_path / "r.toml"
         cfg.write_text('[experiment]\nid = "r"\nworkloads = ["response_loss"]\nconditions = ["I5"]\n'
                        'tasks_per_workload = 1\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/m"\n'
-                       f'api_base = "http://127.0.0.1:{server.server_port}/v1"\nbackoff_s = 0.01\nretries = 2\n')
+                       f'api_base = "{base}"\nbackoff_s = 0.01\nretries = 2\n')
         assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 0
-        row = pd.read_parquet(tmp_path / "o" / "results.parquet").iloc[0]
-        assert (row["model_calls"], row["retries"]) == (1, 1 if fail_first else 0)
-    finally:
-        server.shutdown()
+    row = pd.read_parquet(tmp_path / "o" / "results.parquet").iloc[0]
+    assert (row["model_calls"], row["retries"]) == (1, 1 if fail_first else 0)
 
 
 # -- replay history across two repairs (interface/programs.py) -------------------------------------------------
