@@ -119,7 +119,7 @@ async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any
     from aft_bench.serving.server import http_app
 
     host, port = sock.getsockname()[:2]
-    app, _ = http_app(served, server, host)
+    app = http_app(served, server, host)
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 
     def abandon(*_: Any) -> None:
@@ -181,6 +181,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     exe = str(Path(sys.executable).with_name("aft-bench"))
     command = args.client_cmd if args.shell else shlex.split(args.client_cmd)
     total = len(tuples) * len(agents)
+    recorded_rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]  # before this run
     recorded = skipped = pending = 0
     n = 0
     for options in agents:
@@ -188,10 +189,9 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
             n += 1
             target = Target(wl, task, cond, fault, seed, backend, size)
             name = f"{wl}/{task} {cond} {fault} seed {seed} rep {rep}" + (f" [{options['agent']}]" if "agent" in options else "")
-            if "agent" in options and out.exists():
+            if "agent" in options:
                 key = Served(target, worlds, None, options).key(options["agent"])
-                rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]
-                done = sum(1 for r in rows if all(r.get(k) == v for k, v in key.items()))
+                done = sum(1 for r in recorded_rows if all(r.get(k) == v for k, v in key.items()))
                 if done > rep:
                     skipped += 1
                     print(f"{n}/{total}  {name}  already recorded", flush=True)
@@ -274,7 +274,8 @@ def _wait_ready(log: Path, timeout_s: float, alive: Any) -> bool:
     """Until the server says it serves (its signal handlers installed), it dies, or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and alive():
-        if _tail(log, 50).startswith(READY) or f"\n{READY} " in _tail(log, 50):
+        said = _tail(log, 50)
+        if said.startswith(READY) or f"\n{READY} " in said:
             return True
         time.sleep(0.02)
     return False

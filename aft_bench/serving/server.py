@@ -149,7 +149,6 @@ class Served:
         self.world = world_for(wl, task, target.catalog_size, target.seed)
         self.facade = self.form == "facade" and self.mechanisms.discovery == "selective"
         self.agent: McpAgent | None = None
-        self.params: Params | None = None
         self.episode: asyncio.Task[dict[str, Any]] | None = None
         self.ready = asyncio.Event()
         self.row: dict[str, Any] | None = None
@@ -203,7 +202,7 @@ class Served:
             starting = asyncio.ensure_future(run_episode(setup, agent))
             while not agent.surface and not starting.done():
                 await asyncio.sleep(0)
-            self.announced = tuple(t.name for t in self.tools())
+            self.announced = tuple(t.name for t in self._specs())
             self.ready.set()
             try:
                 result = await starting
@@ -241,17 +240,20 @@ class Served:
         """tools/list: what the client may call now (the surface, then what it described, in dynamic form)."""
         import mcp.types as mt
 
-        assert self.agent is not None
-        specs = self.agent.surface + [FACADE] if self.facade else self.agent.callable_tools()
         out = [mt.Tool(name=s.name, description=s.description, input_schema=self._input_schema(s),
                        output_schema=RESULT_SCHEMA if self.mechanisms.structured else None,
-                       annotations=self._annotations(s)) for s in specs]
+                       annotations=self._annotations(s)) for s in self._specs()]
         if self.mechanisms.resume:
             out += [mt.Tool(name=name, description=desc, input_schema=TASK_ARGS,
                             annotations=mt.ToolAnnotations(read_only_hint=name == "tasks_get"))
                     for name, desc in TASK_TOOLS.items()]
         out.append(mt.Tool(name=REPORT["name"], description=REPORT["description"], input_schema=REPORT["parameters"]))
         return out
+
+    def _specs(self) -> list[ToolSpec]:
+        """The interface's tools listed now: the facade's stable list, else the surface and what was described."""
+        assert self.agent is not None
+        return self.agent.surface + [FACADE] if self.facade else self.agent.callable_tools()
 
     @staticmethod
     def _input_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -264,7 +266,7 @@ class Served:
         """Whether tools/list differs from what the client was last told (and, if so, note it as told)."""
         if self.agent is None or self.facade:
             return False
-        names = tuple(t.name for t in self.tools())
+        names = tuple(t.name for t in self._specs())  # the tasks tools and report_outcome never change
         if names == self.announced:
             return False
         self.announced = names
@@ -362,17 +364,13 @@ class Served:
             return AFTER_REPORT, over if self.mechanisms.structured else None, False
         if isinstance(obs, str):  # answered at the boundary: a malformed report
             return obs, None, True
-        if obs.dropped and self.params_of().response_loss == "transport":
+        if obs.dropped and self.agent.params.response_loss == "transport":
             return WITHHELD
         text, structured, is_error = render(obs)
         if self.mechanisms.resume and structured is not None and structured.get("status") == "interrupted":
             structured = {**structured, "task": {"taskId": structured.get("invocation_id"), "status": "working"}}
             text = json.dumps(structured, sort_keys=True)
         return text, structured, is_error
-
-    def params_of(self) -> Params:
-        assert self.agent is not None
-        return self.agent.params
 
 
 def render(obs: Observation) -> tuple[str, dict[str, Any] | None, bool]:
@@ -490,7 +488,7 @@ def http_app(served: Served, server: Any, host: str) -> Any:
                     print(f"aft-bench: episode recorded as run {served.row['run_id']} (session ended)",
                           file=sys.stderr, flush=True)
 
-    return app, inner
+    return app
 
 
 def task_text(target: Target, worlds_dir: Path) -> str:
