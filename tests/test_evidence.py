@@ -189,7 +189,8 @@ def test_validate_recognises_every_shipped_data_file_by_content(capsys) -> None:
 
 
 def _readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    """Every `aft-bench` line of the README and of the docs pages, in reading order."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
     return [ln.split("  #")[0].split(" # ")[0].strip() for b in blocks for ln in b.splitlines()
             if ln.startswith("aft-bench ")]

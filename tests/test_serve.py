@@ -193,12 +193,12 @@ def test_serve_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:
 
 
 def test_the_readme_client_config_starts_a_server_the_sdk_client_can_play(tmp_path: Path, capsys) -> None:
-    """The README's `--client-config` line, run as written, prints an `mcpServers` entry (the config shape of
+    """The serving page's `--client-config` line (docs/serving.md), run as written, prints an `mcpServers` entry (the config shape of
     desktop and command-line agents) that a client launches from any folder, with no aft-bench on its PATH."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "serving.md").read_text()
     line = next((ln.split("  #")[0].strip() for ln in text.splitlines()
                  if ln.startswith("aft-bench serve ") and "--client-config" in ln), None)
-    assert line is not None, "the README lost its --client-config line"
+    assert line is not None, "docs/serving.md lost its --client-config line"
     assert '{"mcpServers": {"aft-bench": {"command"' in text  # and the shape it prints
     argv = [a.replace("results/served", str(tmp_path / "served")) for a in line.split()[1:]]
     assert main(argv) == 0
