@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import os
 import shutil
 import signal
@@ -536,3 +537,97 @@ def test_an_oversized_argument_inside_a_program_is_refused_like_at_the_boundary(
     huge, small = played('"o" * 17_000_000'), played('"o1"')
     assert small["tool_calls"] == 2  # run_program and the read it made
     assert huge["tool_calls"] == 1 and huge["program_attempts"] == 1  # it ran; its call never reached the tool
+
+
+PLAIN_SECRET = "canary-plain-5d1f0c2a9e"  # not key-shaped: known only as the value of a secret-named variable
+
+
+def test_a_served_client_s_secrets_reach_no_file(tmp_path: Path, monkeypatch) -> None:
+    """An MCP client that puts the environment's key in its handshake name and in a call's arguments (where the
+    LLM scrubber never looks): the one redaction choke point keeps it out of journal, table, manifest and trace."""
+    import mcp.types as mt
+
+    from aft_bench.serving.record import ServedDirectory
+    from aft_bench.serving.server import Served, Target, build_server
+
+    monkeypatch.setenv("PLANTED_API_KEY", PLAIN_SECRET)
+    out = tmp_path / "o"
+
+    async def play() -> None:
+        with ServedDirectory(out, WORLDS) as directory:
+            served = Served(Target("response_loss", "rl-01-o1", "I3", "response_loss"), WORLDS, directory, None)
+            info = mt.Implementation(name=f"agent-{PLAIN_SECRET}", version=CANARY)
+            async with Client(build_server(served), client_info=info) as client:
+                await client.call_tool("get_order", {"order_id": f"o1 {PLAIN_SECRET}"})
+                await client.call_tool("report_outcome", {"action": "escalate", "claim": "unknown",
+                                                          "evidence": f"{PLAIN_SECRET} and {CANARY}"})
+
+    asyncio.run(play())
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert row["client"].startswith("agent-[redacted]")  # recorded, redacted: not dropped
+    trace = next((out / "traces").glob("*.jsonl")).read_text()
+    assert "[redacted]" in trace and main(["audit", str(out)]) == 0  # redacted before hashing: the chain holds
+    leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()
+             and (PLAIN_SECRET.encode() in p.read_bytes() or CANARY.encode() in p.read_bytes())]
+    assert leaks == []
+
+
+def test_a_secret_spanning_json_syntax_is_redacted_string_by_string(monkeypatch) -> None:
+    """A secret value that happens to contain JSON punctuation cannot break the record it is cut out of."""
+    from aft_bench.common.canonical import canonical_json
+    from aft_bench.common.secrets import redact_json
+
+    monkeypatch.setenv("ODD_TOKEN", '","x":"')
+    text = canonical_json({"a": "1", "x": "2", "b": 'say ","x":" here'})
+    clean = json.loads(redact_json(text))
+    assert set(clean) == {"a", "x", "b"} and clean["b"] == "say [redacted] here"
+    assert redact_json(canonical_json({"a": "nothing"})) == '{"a":"nothing"}'
+
+
+# Writers that need no redaction, and why; every other place that writes a file must use the choke point.
+NOT_EVIDENCE_TEXT = {
+    ("experiment/freeze.py", "tmp.write_text(text)"): "the lock file: hashes and paths of the config's inputs",
+    ("experiment/rundir.py", "open(self.out / self.LOCK"): "the runner's lock file, empty",
+    ("experiment/evidence.py", 'open(tmp, "w"'): "re-encodes rows read from the journal, redacted when journaled",
+    ("cli/routing.py", "path.write_text(text)"): "generated routing suites, data files of the project",
+    ("episode/row.py", "to_parquet("): "results.parquet is compacted only from journal rows (redacted)",
+    ("analysis/analyze.py", "to_csv("): "tables computed from journal rows (redacted)",
+    ("analysis/analyze.py", "to_parquet("): "pairs computed from journal rows (redacted)",
+    ("analysis/report.py", "savefig("): "figures: pixels",
+    ("common/redacted_log.py", 'open(path, "w"'): "the redacting log itself",
+    ("common/files.py", 'open(tmp, "w"'): "write_atomic itself",
+    ("runtime/trace.py", '.open("a"'): "trace lines: data redacted in append_canonical before hashing",
+    ("experiment/journal.py", 'open(path, "a"'): "journal and append_record: redacted in append / before writing",
+    ("agents/fake_llm.py", 'open(path, "a"'): "the offline model's exchange log, redacted on the line below",
+}
+WRITER = re.compile(r"write_text\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\(|savefig\(")
+
+
+def test_every_writer_of_evidence_passes_the_redaction_choke_point() -> None:
+    """A new place that writes a file must redact (on its line) or be listed above with the reason it need not."""
+    unexplained = []
+    for path in sorted((ROOT / "aft_bench").rglob("*.py")):
+        rel = str(path.relative_to(ROOT / "aft_bench"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if not WRITER.search(line) or "redact" in line:
+                continue
+            if rel.startswith("viewer/"):  # the viewer writes only its bundle, outside DIR, from what DIR holds
+                continue
+            if not any(rel == f and snippet in line for f, snippet in NOT_EVIDENCE_TEXT):
+                unexplained.append(f"{rel}:{n}: {line.strip()}")
+    assert unexplained == []
+
+
+def test_a_credential_in_a_key_column_is_never_journaled(tmp_path: Path, monkeypatch) -> None:
+    """Redacting a key column would break the row's run id, so such a row is refused whole (the tuple pending)."""
+    from aft_bench.experiment.journal import Journal, UnrecordableRow
+
+    _cfg, out = _small_run(tmp_path)
+    row = json.loads((out / "journal.jsonl").read_text().splitlines()[0])["row"]
+    monkeypatch.setenv("PLANTED_API_KEY", PLAIN_SECRET)
+    journal = Journal(tmp_path / "j.jsonl")
+    with pytest.raises(UnrecordableRow, match="key column model carries a credential"):
+        journal.append({**row, "model": f"m-{PLAIN_SECRET}"})
+    journal.append({**row, "client": f"x-{PLAIN_SECRET}/1"})  # not a key column: recorded, redacted
+    assert PLAIN_SECRET not in (tmp_path / "j.jsonl").read_text()
+    assert journal.rows[-1]["client"] == "x-[redacted]/1"

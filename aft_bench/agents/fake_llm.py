@@ -39,6 +39,8 @@ from typing import Any
 from aft_bench.agents.deterministic import DeterministicAgent, Params
 from aft_bench.agents.llm import RESTARTED
 from aft_bench.agents.protocol import Action, End
+from aft_bench.common.canonical import canonical_json
+from aft_bench.common.secrets import redact_json
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief, Script
 
@@ -346,7 +348,7 @@ def _log(body: bytes, reply: dict[str, Any]) -> None:
     except ValueError:
         request = body.decode(errors="replace")
     with _LOG_LOCK, open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"request": request, "reply": reply}) + "\n")
+        f.write(redact_json(canonical_json({"request": request, "reply": reply})) + "\n")
 
 
 def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:

@@ -30,6 +30,7 @@ from aft_bench.analysis.trials import COLUMNS as TRIAL_COLUMNS
 from aft_bench.analysis.trials import trials_table
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json, write_folder
+from aft_bench.common.secrets import redacted_dumps
 from aft_bench.experiment.comparisons import Comparison, load_comparisons
 
 PRIMARY_COLUMNS = ["comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met"]
@@ -269,8 +270,8 @@ def _write(directory: Path, tables: dict[str, Any], pairs: pd.DataFrame) -> None
     def fill(tmp: Path) -> None:
         for name, cols in CSV_COLUMNS.items():
             pd.DataFrame(tables[name], columns=cols).to_csv(tmp / f"{name}.csv", index=False, float_format="%.10g")
-            (tmp / f"{name}.json").write_text(json.dumps(tables[name], indent=2, sort_keys=True) + "\n")
-        (tmp / "meta.json").write_text(json.dumps(tables["meta"], indent=2, sort_keys=True) + "\n")
+            (tmp / f"{name}.json").write_text(redacted_dumps(tables[name]))
+        (tmp / "meta.json").write_text(redacted_dumps(tables["meta"]))
         pairs.to_parquet(tmp / "pairs.parquet", index=False)
 
     write_folder(final, fill)

@@ -19,6 +19,7 @@ import pandas as pd
 from aft_bench.analysis.table import read_analysis, read_results, read_table
 from aft_bench.analysis.toolpro import rtt_sweep
 from aft_bench.common.files import write_folder
+from aft_bench.common.secrets import redact
 from aft_bench.common.paths import REFERENCE
 
 PAPER_VALUES = REFERENCE / "paper_values.toml"
@@ -327,8 +328,8 @@ def _render_into(directory: Path, out_dir: Path, stale_ok: bool) -> None:
             md += [f"![{s.title}]({s.image})", ""]
             body.append(f'<img src="{html.escape(s.image)}" alt="{html.escape(s.title)}">')
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text("\n".join(md))
+    md_path.write_text(redact("\n".join(md)))
     style = "body{font-family:sans-serif;max-width:72rem;margin:2rem auto}table.t{border-collapse:collapse}" \
             "table.t td,table.t th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:right}img{max-width:100%}"
-    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>aft-bench report</title>"
-                         f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    html_path.write_text(redact(f"<!doctype html><html><head><meta charset='utf-8'><title>aft-bench report</title>"
+                         f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"))

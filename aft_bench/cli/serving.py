@@ -18,6 +18,7 @@ from typing import Any
 
 from aft_bench.cli.flags import PORT, SEED, number
 from aft_bench.common.errors import InputError
+from aft_bench.common.redacted_log import RedactedLog
 from aft_bench.common.secrets import redact
 
 READY = "serving"  # the server's first stderr word once it takes requests and signals
@@ -232,8 +233,9 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
            "--port", str(port), "--out", str(out), "--worlds", str(worlds), *flags] + (
         ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else [])
     server_log, client_log = stem.with_suffix(".server.log"), stem.with_suffix(".client.log")
-    with open(server_log, "w", encoding="utf-8") as slog:
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog, text=True)
+    slog = RedactedLog(server_log)  # an agent or a server that prints a key: the key stops at the log
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog.fd, text=True)
+    slog.handed()
     client_rc: int | None = None
     why = ""
     try:
@@ -242,14 +244,17 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
             raise InputError("--out", "serve", f"{target.workload}/{target.task_id} {target.condition}",
                              "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
         env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
-        with open(client_log, "w", encoding="utf-8") as clog:
-            client = subprocess.Popen(command, env=env, shell=args.shell, stdout=clog, stderr=subprocess.STDOUT)
-            try:
-                client_rc = client.wait(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                client.kill()
-                client.wait()
-                why = f"the client timed out after {args.timeout:g} s"
+        clog = RedactedLog(client_log)
+        client = subprocess.Popen(command, env=env, shell=args.shell, stdout=clog.fd, stderr=subprocess.STDOUT)
+        clog.handed()
+        try:
+            client_rc = client.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait()
+            why = f"the client timed out after {args.timeout:g} s"
+        finally:
+            clog.close()
         if not why and client_rc != 0:
             why = f"the client exited with code {client_rc}"
     finally:
@@ -260,6 +265,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+        slog.close()
     detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log)}
     found = RECORDED.search(_tail(server_log, 50))
     if found:  # the session ended (and was recorded) before the client failed, if it did: the episode happened

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench.common.errors import InputError, OutputError
+from aft_bench.common.secrets import redact
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # no data file, journal or manifest of a real experiment comes near this
 MAX_STRING = 64 * 1024  # characters in one string field of a data file (task specs are < 1 KiB)
@@ -125,6 +126,17 @@ def input_dir(path: Path, flag: str) -> Path:
     if not path.is_dir():
         raise InputError(path, flag, str(path), "is a file, not a folder")
     return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write evidence `text` to `path`, redacted and atomically: a temp file beside it, fsync'd, then renamed over
+    `path`, so a crash leaves the old file or the new one, never half of either (`*.tmp` is a leftover to heal)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(redact(text))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def write_folder(final: Path, fill: Callable[[Path], None]) -> None:

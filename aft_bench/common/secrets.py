@@ -1,10 +1,15 @@
 """Redaction of credentials, by value and by pattern: values of environment variables whose names look like
-credentials, and strings shaped like provider keys, never reach a failure record, a log or a report."""
+credentials, and strings shaped like provider keys. This is the one choke point every writer of evidence (journal,
+parquet, manifest, trace, failures, sessions, catalog, analysis, report, logs) passes its text through."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from typing import Any
+
+from aft_bench.common.canonical import canonical_json
 
 # Matched anywhere in the variable's name (upper-cased): OPENAI_API_KEY, GITHUB_TOKEN, DB_PASSWORD, ...
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -26,6 +31,8 @@ KEY_PATTERNS = re.compile("|".join((
     r"\b[Bb]earer\s+[A-Za-z0-9._\-]{16,}",
 )))
 REDACTED = "[redacted]"
+# Every KEY_PATTERNS alternative contains one of these: text holding none of them skips the regex (hot path).
+KEY_LITERALS = ("sk-", "gh", "xox", "AKIA", "ASIA", "AIza", "hf_", "eyJ", "earer")
 
 
 def secret_name(name: str) -> bool:
@@ -36,16 +43,70 @@ def secret_name(name: str) -> bool:
     return any(w in upper for w in SECRET_WORDS) or bool(SECRET_PARTS & set(upper.split("_")))
 
 
-def _secrets() -> list[str]:
-    values = {v for k, v in os.environ.items() if len(v) >= MIN_VALUE and secret_name(k)}
-    return sorted(values, key=len, reverse=True)  # a longer secret first, so a shorter one inside it can't split it
+class _Known:
+    """The environment's secret values, re-read when the environment changes: a variable added or removed (its
+    names, in order) or a known secret's value changed. Cheap enough for every trace event."""
+
+    names: tuple[str, ...] = ()
+    fingerprint: tuple[Any, ...] | None = None
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def current(cls) -> tuple[str, ...]:
+        env = os.environ
+        fingerprint = (_names(env), *(env.get(n) for n in cls.names))
+        if fingerprint != cls.fingerprint:
+            cls.names = tuple(sorted(k for k in env if secret_name(k)))
+            plain = {env[k] for k in cls.names if len(env[k]) >= MIN_VALUE}
+            escaped = {json.dumps(v, ensure_ascii=False)[1:-1] for v in plain}  # as the value appears inside JSON
+            # a longer secret first, so a shorter one inside it can't split it
+            cls.values = tuple(sorted(plain | escaped, key=len, reverse=True))
+            cls.fingerprint = (_names(env), *(env.get(n) for n in cls.names))
+        return cls.values
+
+
+def _names(env: Any) -> tuple[Any, ...]:
+    """The environment's variable names in order; from os.environ's own dict when it has one (no decoding)."""
+    return tuple(getattr(env, "_data", env))
+
+
+def _secrets() -> tuple[str, ...]:
+    return _Known.current()
 
 
 def redact(text: str) -> str:
     """`text` with every credential-like environment value and every key-shaped string replaced."""
-    for value in _secrets():
-        text = text.replace(value, REDACTED)
-    return KEY_PATTERNS.sub(REDACTED, text)
+    for value in _Known.current():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    if any(lit in text for lit in KEY_LITERALS):
+        text = KEY_PATTERNS.sub(REDACTED, text)
+    return text
+
+
+def redact_json(text: str) -> str:
+    """Canonical JSON text with every credential redacted, string by string, so the record keeps its shape; the
+    same object when there is nothing to redact (the common case, checked on the text without parsing)."""
+    if redact(text) == text:
+        return text
+    return canonical_json(redact_value(json.loads(text)))
+
+
+def redacted_dumps(value: Any) -> str:
+    """`value` as indented, key-sorted JSON (manifests, catalogs, analysis tables) with every credential redacted."""
+    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    return text if redact(text) == text else json.dumps(redact_value(value), indent=2, sort_keys=True) + "\n"
+
+
+def redact_value(value: Any) -> Any:
+    """A JSON-shaped value (dicts, lists, strings, numbers) with every string, key included, redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v) for v in value]
+    return value
 
 
 def holds_secret(text: str) -> bool:

@@ -10,13 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
 
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import EvidenceError, InputError
+from aft_bench.common.secrets import redact_json
 from aft_bench.episode.row import row_problems, with_late_columns
+from aft_bench.experiment.config import Cell
+
+KEY_COLUMNS = tuple(f.name for f in fields(Cell))  # what the run id hashes
 
 
 class UnrecordableRow(ValueError):
@@ -27,6 +32,13 @@ class UnrecordableRow(ValueError):
 def encode(row: dict[str, Any]) -> str:
     body = canonical_json(row)
     return canonical_json({"row": json.loads(body), "sha256": hashlib.sha256(body.encode()).hexdigest()}) + "\n"
+
+
+def redacted(row: dict[str, Any]) -> dict[str, Any]:
+    """The row as it may be recorded: no credential in any value (the same object when there is none)."""
+    body = canonical_json(row)
+    clean = redact_json(body)
+    return row if clean is body else json.loads(clean)
 
 
 def _parse(text: str) -> dict[str, Any] | None:
@@ -99,6 +111,12 @@ class Journal:
             raise UnrecordableRow("; ".join(found))
         if row["run_id"] in self._ids:
             raise UnrecordableRow(f"run {row['run_id']} is recorded already")
+        clean = redacted(row)
+        if clean is not row:
+            keys = [k for k in KEY_COLUMNS if clean.get(k) != row.get(k)]
+            if keys:  # redacting a key column would break the run id: refuse rather than record either form
+                raise UnrecordableRow(f"key column {keys[0]} carries a credential")
+            row = clean
         line = encode(row)
         if crashpoints.armed("mid_row"):
             self._fh.write(line[: len(line) // 2])
@@ -120,7 +138,7 @@ class Journal:
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line durably (failures, sessions)."""
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(canonical_json(record) + "\n")
+        fh.write(redact_json(canonical_json(record)) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 

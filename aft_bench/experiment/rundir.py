@@ -4,13 +4,13 @@ sessions, and the quarantine of what unfinished attempts left behind."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from aft_bench.common.errors import InputError, OutputError
-from aft_bench.common.files import read_json, refuse_special
+from aft_bench.common.files import read_json, refuse_special, write_atomic
+from aft_bench.common.secrets import redacted_dumps
 from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import append_record, read_records
 from aft_bench.experiment.provenance import manifest
@@ -77,7 +77,7 @@ class RunDirectory:
                 raise InputError(path, "resolved config", diffs[:8],
                                  "this directory holds results of a different config or inputs; use a new --out")
             return old
-        _atomic_write(path, json.dumps(fresh, indent=2, sort_keys=True) + "\n")
+        write_atomic(path, redacted_dumps(fresh))
         return fresh
 
     def next_session(self) -> int:
@@ -110,10 +110,3 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shlex
 import tempfile
@@ -20,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aft_bench.common.datafile import validate
 from aft_bench.common.errors import InputError
-from aft_bench.common.files import read_json
-from aft_bench.common.secrets import redact
+from aft_bench.common.files import read_json, write_atomic
+from aft_bench.common.secrets import redact, redacted_dumps
 from aft_bench.interface.ranking import Candidate
 from aft_bench.interface.router import Router
 
@@ -64,9 +63,7 @@ def load_catalog(path: Path) -> CatalogFile:
 
 
 def save_catalog(cat: CatalogFile, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(cat.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, redacted_dumps(cat.model_dump(mode="json")))
 
 
 IMPORT_TIMEOUT_S = 30.0  # a server that never answers its listing is a failed import, not a hang

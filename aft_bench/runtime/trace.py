@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError, TraceIntegrityError
 from aft_bench.common.files import read_text
+from aft_bench.common.secrets import redact_json
 
 GENESIS = "0" * 64
 SEAL = "sealed"
@@ -80,6 +81,9 @@ class Trace:
         value parsed from exactly that text (`data`, owned by the trace from now on)."""
         if self.sealed:
             raise TraceIntegrityError("append to a sealed trace")
+        clean = redact_json(data_json)  # before hashing: a credential never enters the chain (an echoed header)
+        if clean is not data_json:
+            data_json, data = clean, json.loads(clean)
         seq, prev = len(self._events), self.head
         digest_ = _hash(seq, kind, data_json, prev)
         ev = Event(seq, kind, MappingProxyType(data), prev, digest_)

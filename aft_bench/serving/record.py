@@ -4,14 +4,13 @@ clients, can go into one directory, one server at a time (the runner lock)."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 from aft_bench.common.canonical import digest
 from aft_bench.common.errors import InputError, OutputError
-from aft_bench.common.files import read_json
+from aft_bench.common.files import read_json, write_atomic
+from aft_bench.common.secrets import redacted_dumps
 from aft_bench.episode.row import write_parquet
 from aft_bench.experiment.journal import Journal
 from aft_bench.experiment.provenance import code_version, package_versions
@@ -82,9 +81,4 @@ class ServedDirectory:
         manifest = {"kind": "served", "config_path": "", "config_hash": SERVE_HASH,
                     "experiment": {"id": "served"}, "worlds_dir": str(self.worlds_dir), "run_ids": run_ids,
                     "runs": len(run_ids), "code": code_version(), "packages": package_versions()}
-        tmp = self.out / "manifest.json.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.out / "manifest.json")
+        write_atomic(self.out / "manifest.json", redacted_dumps(manifest))

@@ -38,6 +38,7 @@ from aft_bench.agents.mcp_client import AFTER_REPORT, McpAgent, Params
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError
+from aft_bench.common.secrets import redact
 from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
 from aft_bench.experiment.build import resolve_cell
@@ -415,7 +416,8 @@ def build_server(served: Served) -> Any:
     def client_of(ctx: Any) -> str:
         params = getattr(ctx.session, "client_params", None)
         info = getattr(params, "client_info", None) if params is not None else None
-        return f"{info.name}/{info.version}" if info is not None else "unknown"
+        # redacted at the door: the name becomes the agent's name, a key column, which no later redaction may touch
+        return redact(f"{info.name}/{info.version}") if info is not None else "unknown"
 
     async def begin(ctx: Any) -> None:
         try:
