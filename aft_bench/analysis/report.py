@@ -13,16 +13,20 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
 from aft_bench.analysis.table import read_analysis, read_results, read_table
 from aft_bench.analysis.toolpro import rtt_sweep
 from aft_bench.common.files import write_folder
-from aft_bench.common.secrets import redact
 from aft_bench.common.paths import REFERENCE
+from aft_bench.common.secrets import redact
 
 PAPER_VALUES = REFERENCE / "paper_values.toml"
+
+
+VIEW_URL = "http://127.0.0.1:8600/"  # `aft-bench view DIR` on its default port
 
 
 @dataclass
@@ -299,6 +303,17 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
     return sections
 
 
+def _pair_links(table: pd.DataFrame) -> list[str]:
+    """Each comparison of a table linked to its matched pairs in `aft-bench view` (served on its default port; a
+    bundle rewrites VIEW_URL to its own pages)."""
+    if "comparison" not in table.columns:
+        return []
+    names = list(dict.fromkeys(str(c) for c in table["comparison"]))
+    links = [f'<a class="aft-pairs" data-comparison="{html.escape(n)}" '
+             f'href="{VIEW_URL}#/pairs?comparison={quote(n)}">{html.escape(n)}</a>' for n in names]
+    return [f"<p>Matched pairs (<code>aft-bench view</code>): {', '.join(links)}</p>"]
+
+
 def _md_table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, disable_numparse=True)
 
@@ -324,6 +339,7 @@ def _render_into(directory: Path, out_dir: Path, stale_ok: bool) -> None:
         if s.table is not None:
             md += [_md_table(s.table), ""]
             body.append(s.table.to_html(index=False, border=0, classes="t"))
+            body += _pair_links(s.table)
         if s.image:
             md += [f"![{s.title}]({s.image})", ""]
             body.append(f'<img src="{html.escape(s.image)}" alt="{html.escape(s.title)}">')

@@ -337,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aft_bench.cli.serving import add_parsers as add_serving
 
     add_serving(sub, _worlds_dir)
+    from aft_bench.cli.view import add_parsers as add_view
+
+    add_view(sub)
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")

@@ -1,0 +1,303 @@
+// aft-bench view: one ES module, no dependencies. Served mode reads /api/*; the static bundle (window.AFT_BUNDLE)
+// reads the same data from data/*.js files, each calling window.__aft(key, data), and queries the runs locally.
+
+const BUNDLE = !!window.AFT_BUNDLE;
+const app = document.getElementById("app");
+const cache = new Map();
+
+// ---------- data -------------------------------------------------------------------------------------------
+function fileKey(key) { return key.replace(/[^A-Za-z0-9_.-]/g, "_"); }
+
+const waiting = new Map();
+window.__aft = (key, data) => { cache.set(key, data); const w = waiting.get(key); if (w) { waiting.delete(key); w(data); } };
+
+function loadScript(key) {
+  return new Promise((resolve, reject) => {
+    if (cache.has(key)) return resolve(cache.get(key));
+    waiting.set(key, resolve);
+    const s = document.createElement("script");
+    s.src = `data/${fileKey(key)}.js`;
+    s.onerror = () => { waiting.delete(key); reject(new Error(`not in this bundle: ${key}`)); };
+    document.head.appendChild(s);
+  });
+}
+
+async function get(key) {
+  if (BUNDLE) return loadScript(key);
+  if (cache.has(key) && !key.startsWith("runs?")) return cache.get(key);
+  const r = await fetch(`api/${key}`);
+  const data = await r.json();
+  if (!r.ok) throw new Error(data.error || `HTTP ${r.status}`);
+  if (!key.startsWith("runs?")) cache.set(key, data);
+  return data;
+}
+
+// The bundle's runs query: the same filter / sort / page rules as the server (viewer/runs.py).
+function parseValue(type, text) {
+  if (text === "null") return null;
+  const base = type.replace("?", "");
+  if (base === "bool") return text === "true";
+  if (base === "int" || base === "float") return Number(text);
+  return text;
+}
+function cmp(a, b) {
+  if (typeof a === "boolean") return (a === b) ? 0 : (a ? 1 : -1);
+  return a < b ? -1 : (a > b ? 1 : 0);
+}
+async function queryRuns(params) {
+  if (!BUNDLE) return get(`runs?${params.toString()}`);
+  const data = await loadScript("runs");
+  const n = data.columns.run_id.length;
+  let idx = [...Array(n).keys()];
+  for (const [col, text] of params) {
+    if (["sort", "desc", "page", "size"].includes(col)) continue;
+    if (!(col in data.columns)) throw new Error(`not a filterable column in this bundle: ${col}`);
+    const want = parseValue(data.types[col], text);
+    const values = data.columns[col];
+    idx = idx.filter((i) => values[i] === want);
+  }
+  const sort = params.get("sort");
+  if (sort) {
+    const v = data.columns[sort];
+    const desc = ["1", "true"].includes(params.get("desc"));
+    idx.sort((i, j) => {
+      const a = v[i], b = v[j];
+      if (a === null || b === null) return (a === null) - (b === null);
+      return desc ? cmp(b, a) : cmp(a, b);
+    });
+  }
+  const page = Math.max(0, parseInt(params.get("page") || "0", 10));
+  const size = Math.min(500, Math.max(1, parseInt(params.get("size") || "50", 10)));
+  const rows = idx.slice(page * size, page * size + size).map((i) => Object.fromEntries(data.shown.map((c) => [c, data.columns[c][i]])));
+  return { total: idx.length, runs: n, page, size, rows, columns: data.shown };
+}
+
+// ---------- DOM helpers --------------------------------------------------------------------------------------
+function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const kid of kids.flat(Infinity)) {
+    if (kid === null || kid === undefined || kid === false) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+function show(v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Math.round(v * 1e6) / 1e6);
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+function cell(v, attrs = {}) { return h("td", { class: typeof v === "number" ? "num" : null, ...attrs }, show(v)); }
+function kvTable(obj, testid) {
+  return h("table", { "data-testid": testid }, Object.entries(obj).map(([k, v]) =>
+    h("tr", { "data-key": k }, h("th", {}, k), h("td", { "data-value": show(v) }, typeof v === "object" && v !== null ? h("pre", {}, JSON.stringify(v, null, 2)) : show(v)))));
+}
+function table(rows, columns, testid, link) {
+  return h("table", { "data-testid": testid },
+    h("tr", {}, columns.map((c) => h("th", {}, c))),
+    rows.map((r) => h("tr", { "data-row": r[columns[0]] }, columns.map((c, i) => {
+      const td = cell(r[c], { "data-col": c });
+      if (i === 0 && link) { td.textContent = ""; td.append(h("a", { href: link(r) }, show(r[c]))); }
+      return td;
+    }))));
+}
+function routeOf() {
+  const raw = location.hash.replace(/^#\/?/, "") || "experiment";
+  const [path, qs] = raw.split("?");
+  return { parts: path.split("/").map(decodeURIComponent), params: new URLSearchParams(qs || "") };
+}
+function go(path, params) { const qs = params && params.toString(); location.hash = `#/${path}${qs ? "?" + qs : ""}`; }
+
+// ---------- pages --------------------------------------------------------------------------------------------
+async function experimentPage() {
+  const d = await get("experiment");
+  const out = [h("h1", {}, "Experiment")];
+  for (const n of d.status.notes) out.push(h("div", { class: "note", "data-testid": "note" }, n));
+  out.push(h("p", {}, h("b", {}, "Runs recorded: "), h("span", { "data-testid": "runs-count" }, d.runs),
+    d.planned !== null ? [" of ", h("span", { "data-testid": "planned-count" }, d.planned), " planned; "] : "; ",
+    h("b", {}, "pending: "), h("span", { "data-testid": "pending-count" }, d.pending_count)));
+  out.push(h("div", { class: "cols2" },
+    h("div", {}, h("h2", {}, "Manifest"), kvTable(d.manifest, "manifest")),
+    h("div", {}, h("h2", {}, "Counts"), Object.entries(d.counts).map(([col, vals]) => [h("h3", {}, col),
+      h("table", { "data-testid": `counts-${col}` }, Object.entries(vals).map(([v, n]) => {
+        const p = new URLSearchParams({ [col]: v });
+        return h("tr", {}, h("td", {}, h("a", { href: `#/runs?${p}` }, v)), cell(n));
+      }))]))));
+  out.push(h("h2", {}, "Pending and failed tuples"));
+  if (!d.pending.length && !d.failures.length) out.push(h("p", {}, "none"));
+  if (d.pending.length) out.push(table(d.pending.map((p) => ({ run_id: p.run_id, workload: p.workload, task_id: p.task_id, condition: p.condition, fault: p.fault, error: p.error, message: p.message })),
+    ["run_id", "workload", "task_id", "condition", "fault", "error", "message"], "pending"));
+  if (d.failures.length) out.push(h("h3", {}, "Failure records"), table(d.failures, ["run_id", "session", "error", "message"], "failures"));
+  const a = d.analysis || {};
+  out.push(h("h2", {}, "Comparisons"));
+  if (!a.meta) out.push(h("div", { class: "note" }, "no analysis here (run aft-bench analyze DIR)"));
+  if (d.analysis_stale) out.push(h("div", { class: "note", "data-testid": "stale" }, "the analysis was made from other results than results.parquet holds now"));
+  const cols = ["comparison", "pairs", "clusters", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met", "treatment_fault_fired_share", "control_fault_fired_share", "caveat"];
+  for (const name of ["primary", "secondary"]) {
+    if (!a[name]) continue;
+    out.push(h("h3", {}, name), table(a[name], cols, `table-${name}`, (r) => `#/pairs?comparison=${encodeURIComponent(r.comparison)}`));
+  }
+  for (const name of ["trials", "discovery", "per_model", "lomo"]) {
+    if (!a[name] || !a[name].length) continue;
+    out.push(h("h3", {}, name), table(a[name], Object.keys(a[name][0]), `table-${name}`));
+  }
+  if (d.figures.length) out.push(h("h2", {}, "Figures"), d.figures.map((f) => h("p", {}, h("img", { class: "fig", alt: f, src: BUNDLE ? `data/figures/${f}` : `api/figure/${f}` }))));
+  return out;
+}
+
+async function runsPage(params) {
+  const [facets, page] = await Promise.all([get("facets"), queryRuns(params)]);
+  const out = [h("h1", {}, "Runs")];
+  const filters = h("div", { class: "filters", "data-testid": "filters" });
+  for (const col of facets.order) {
+    const vals = facets.facets[col];
+    const sel = h("select", { "data-filter": col, onchange: (ev) => {
+      const p = new URLSearchParams(params); p.delete("page");
+      if (ev.target.value === "") p.delete(col); else p.set(col, ev.target.value);
+      go("runs", p);
+    } }, h("option", { value: "" }, "(any)"), vals.map(([v, n]) => h("option", { value: show(v) === "–" ? "null" : String(v), selected: params.get(col) === (v === null ? "null" : String(v)) }, `${show(v)} (${n})`)));
+    filters.append(h("label", {}, col, sel));
+  }
+  out.push(filters);
+  const size = page.size, pages = Math.max(1, Math.ceil(page.total / size));
+  const pager = (p) => { const q = new URLSearchParams(params); q.set("page", p); return `#/runs?${q}`; };
+  out.push(h("div", { class: "pager" }, h("span", { "data-testid": "total" }, `${page.total}`), ` of ${page.runs} runs · page ${page.page + 1} of ${pages}`,
+    page.page > 0 ? h("a", { href: pager(page.page - 1), "data-testid": "prev" }, "← previous") : null,
+    page.page + 1 < pages ? h("a", { href: pager(page.page + 1), "data-testid": "next" }, "next →") : null));
+  const sort = params.get("sort"), desc = ["1", "true"].includes(params.get("desc"));
+  const head = h("tr", {}, page.columns.map((c) => h("th", { class: `sortable${sort === c ? (desc ? " sorted-desc" : " sorted-asc") : ""}`, "data-sort": c, onclick: () => {
+    const p = new URLSearchParams(params); p.delete("page");
+    if (sort === c && !desc) p.set("desc", "1"); else p.delete("desc");
+    p.set("sort", c); go("runs", p);
+  } }, c)));
+  out.push(h("table", { "data-testid": "runs" }, head, page.rows.map((r) => h("tr", { "data-run": r.run_id },
+    page.columns.map((c) => c === "run_id" ? h("td", {}, h("a", { href: `#/run/${r.run_id}` }, r.run_id)) : cell(r[c], { "data-col": c }))))));
+  return out;
+}
+
+function evLine(e, run) {
+  const reasons = (run.commit_reasons || {})[String(e.seq)] || [];
+  const cls = `ev ${e.kind}${reasons.length ? " unsafe" : ""}`;
+  return h("div", { class: cls, id: `ev-${run.row.run_id}-${e.seq}`, "data-seq": e.seq, "data-kind": e.kind },
+    h("span", { class: "k" }, `#${e.seq} ${e.kind}`), reasons.length ? h("b", { "data-testid": "reasons" }, `[${reasons.join(", ")}] `) : null,
+    JSON.stringify(e.data));
+}
+function turnCard(t, run) {
+  if (!t) return h("div", { class: "gap" }, "(no matching turn)");
+  const ev = run.events;
+  const model = t.model_calls.length ? ` · ${t.model_calls.length} model call(s), ${t.tokens} tokens, $${show(t.cost_usd)}, ${show(t.latency_s)} s, ${t.retries} retries` : "";
+  return h("div", { class: "turn", "data-turn": t.n, "data-tool": t.tool || "" },
+    h("div", { class: "head" }, `Turn ${t.n}: ${t.action === "tool_call" ? "call " + t.tool : (t.action || "events")}`, model),
+    t.args ? h("div", { class: "ev" }, h("span", { class: "k" }, "arguments"), JSON.stringify(t.args)) : null,
+    t.result ? h("div", { class: "ev" }, h("span", { class: "k" }, t.result.stage), JSON.stringify(t.result.response)) : null,
+    h("details", { open: t.faults_fired.length || Object.keys(run.commit_reasons || {}).some((s) => t.events.includes(Number(s))) ? true : null },
+      h("summary", {}, `${t.events.length} events`), t.events.map((s) => evLine(ev[s] || { seq: s, kind: "?", data: {} }, run))));
+}
+function verifyBadge(v) {
+  return h("span", { class: `badge verify ${v.ok ? "ok" : "failed"}`, "data-testid": "verification" },
+    v.ok ? `trace verified (head ${v.head.slice(0, 12)})` : `trace verification FAILED: ${v.error}`);
+}
+function labelsTable(run) {
+  return h("table", { "data-testid": "labels" }, h("tr", {}, h("th", {}, "label"), h("th", {}, "value"), h("th", {}, "events that produced it"), h("th", {}, "check")),
+    run.labels.map((l) => h("tr", { "data-label": l.label },
+      h("td", {}, l.label), h("td", { "data-value": show(l.value) }, show(l.value)),
+      h("td", {}, l.events.map((s) => h("a", { href: "#", onclick: (e) => { e.preventDefault(); jump(run.row.run_id, s); } }, `#${s} `)), l.note ? h("i", {}, l.note) : null),
+      h("td", {}, l.agrees === null ? "" : (l.agrees ? "trace agrees" : h("b", { class: "error" }, `trace gives ${show(l.derived)}`))))));
+}
+function jump(runId, seq) {
+  const el = document.getElementById(`ev-${runId}-${seq}`);
+  if (!el) return;
+  const d = el.closest("details"); if (d) d.open = true;
+  document.querySelectorAll(".ev.target").forEach((x) => x.classList.remove("target"));
+  el.classList.add("target"); el.scrollIntoView({ block: "center" });
+}
+
+async function runPage(runId) {
+  const run = await get(`run/${runId}`);
+  const r = run.row;
+  const out = [h("h1", {}, `Run ${r.run_id}`), h("p", {}, verifyBadge(run.verification), " ",
+    h("span", { class: "badge", "data-testid": "outcome" }, r.outcome), ` ${r.workload} / ${r.task_id} · ${r.condition} · fault ${r.fault} (seed ${r.fault_seed}) · ${r.agent} · ${r.model} · ${r.backend} · rep ${r.rep}`)];
+  if (!run.events.length) out.push(h("div", { class: "error" }, "no trace events to show"));
+  out.push(h("h2", {}, "Labels and their evidence"), labelsTable(run));
+  out.push(h("h2", {}, "Faults"), run.faults.length ? h("table", { "data-testid": "faults" }, h("tr", {}, ["fault", "kind", "op", "stage", "planned", "armed", "fired", "invocation"].map((c) => h("th", {}, c))),
+    run.faults.map((f) => h("tr", { "data-fault": f.fault, "data-fired": f.fired === null ? "no" : "yes" }, cell(f.fault), cell(f.kind), cell(f.op), cell(f.stage), cell(f.planned), cell(f.armed), cell(f.fired), cell(f.inv)))) : h("p", {}, "no fault planned"));
+  out.push(h("h2", {}, "Invocations"), run.invocations.length ? h("table", { "data-testid": "invocations" }, h("tr", {}, ["inv", "op", "relation", "args", "stages", "work units", "commits"].map((c) => h("th", {}, c))),
+    run.invocations.map((i) => h("tr", {}, cell(i.inv), cell(i.op), cell(i.relation), cell(i.args), h("td", { class: "stages" }, i.stages.map((s) => h("span", { class: s.stage }, s.stage))), cell(i.work_units), cell(i.commits.map((c) => `${c.kind} #${c.seq}`).join(", "))))) : h("p", {}, "no invocation"));
+  const ex = run.extras || {};
+  if (ex.served) out.push(h("h2", {}, "Served run"), kvTable(ex.served, "served"));
+  if (ex.program) out.push(h("h2", {}, "Tool programs"), kvTable(ex.program, "program"));
+  out.push(h("h2", {}, "Timeline"), h("div", { "data-testid": "timeline" },
+    h("div", { class: "turn" }, h("div", { class: "head" }, "Setup"), run.setup.map((s) => evLine(run.events[s], run))),
+    run.turns.map((t) => turnCard(t, run)),
+    run.events.filter((e) => e.kind === "terminal_state" || e.kind === "sealed").map((e) => evLine(e, run))));
+  out.push(h("h2", {}, "Terminal state against s0"));
+  if (run.state.note) out.push(h("div", { class: "note" }, run.state.note));
+  if (run.state.diff) out.push(run.state.diff.length ? h("table", { "data-testid": "diff" }, h("tr", {}, h("th", {}, "record"), h("th", {}, "change"), h("th", {}, "detail")),
+    run.state.diff.map((d) => h("tr", {}, cell(d.ref), cell(d.change), cell(d.fields || d.after || d.before || { lost: d.lost, gained: d.gained })))) : h("p", {}, "no change from s0"));
+  if (run.state.terminal) out.push(h("details", {}, h("summary", {}, "whole terminal state"), h("pre", {}, JSON.stringify(run.state.terminal, null, 2))));
+  out.push(h("h2", {}, "Recorded row"), kvTable(r, "row"));
+  return out;
+}
+
+async function pairsPage(params) {
+  const d = await get("pairs");
+  const comp = params.get("comparison");
+  const out = [h("h1", {}, "Matched pairs"), h("p", {}, `source: ${d.source}`)];
+  out.push(h("p", {}, d.comparisons.map((c) => [h("a", { href: `#/pairs?comparison=${encodeURIComponent(c)}`, class: c === comp ? "active" : null }, c), " "])));
+  const rows = d.pairs.filter((p) => !comp || p.comparison === comp);
+  out.push(h("p", {}, h("span", { "data-testid": "pair-count" }, rows.length), " pairs"));
+  out.push(h("table", { "data-testid": "pairs" }, h("tr", {}, ["comparison", "cluster", "fault", "fault_seed", "catalog_size", "model", "rep", "treatment", "control", "utility_diff", ""].map((c) => h("th", {}, c))),
+    rows.map((p) => h("tr", { "data-pair": `${p.comparison}/${p.run_id_treatment}` }, cell(p.comparison), cell(p.cluster), cell(p.fault), cell(p.fault_seed), cell(p.catalog_size), cell(p.model), cell(p.rep),
+      cell(p.treatment), cell(p.control), cell(p.utility_diff), h("td", {}, h("a", { href: `#/pair/${encodeURIComponent(p.comparison)}/${p.run_id_treatment}` }, "open"))))));
+  return out;
+}
+
+async function pairPage(comp, runId) {
+  const d = await get(`pair/${comp}/${runId}`);
+  const [t, c] = await Promise.all([get(`run/${d.treatment}`), get(`run/${d.control}`)]);
+  const p = d.pair;
+  const out = [h("h1", {}, `Pair · ${p.comparison}`),
+    h("p", {}, "utility difference ", h("b", { "data-testid": "utility-diff" }, show(p.utility_diff)), ` (treatment ${show(p.treatment)}, control ${show(p.control)}) · cluster `,
+      h("b", { "data-testid": "cluster" }, p.cluster), ` · fault ${p.fault} seed ${p.fault_seed} · rep ${p.rep}`),
+    h("div", { class: "pair" },
+      h("div", {}, h("h2", {}, "treatment ", h("a", { href: `#/run/${t.row.run_id}` }, t.row.run_id), ` (${t.row.condition})`), verifyBadge(t.verification)),
+      h("div", {}, h("h2", {}, "control ", h("a", { href: `#/run/${c.row.run_id}` }, c.row.run_id), ` (${c.row.condition})`), verifyBadge(c.verification)))];
+  out.push(h("h2", {}, "Labels"), h("table", { "data-testid": "pair-labels" }, h("tr", {}, h("th", {}, "label"), h("th", {}, "treatment"), h("th", {}, "control")),
+    d.labels.map((l) => h("tr", { class: l.differs ? "differs" : null, "data-label": l.label, "data-differs": l.differs ? "yes" : "no" }, cell(l.label), cell(l.treatment), cell(l.control)))));
+  out.push(h("h2", {}, "Turns, aligned"), h("div", { class: "pair", "data-testid": "aligned" },
+    d.alignment.map(([i, j]) => [turnCard(i === null ? null : t.turns[i], t), turnCard(j === null ? null : c.turns[j], c)])));
+  return out;
+}
+
+// ---------- router -------------------------------------------------------------------------------------------
+async function render() {
+  const { parts, params } = routeOf();
+  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
+  app.dataset.state = "loading";
+  const t0 = performance.now();
+  try {
+    let content;
+    if (parts[0] === "runs") content = await runsPage(params);
+    else if (parts[0] === "run" && parts[1]) content = await runPage(parts[1]);
+    else if (parts[0] === "pairs") content = await pairsPage(params);
+    else if (parts[0] === "pair" && parts[2]) content = await pairPage(parts[1], parts[2]);
+    else content = await experimentPage();
+    app.replaceChildren(...[content].flat(Infinity));
+    app.dataset.page = parts[0] || "experiment";
+    app.dataset.state = "ready";
+  } catch (err) {
+    app.replaceChildren(h("div", { class: "error", "data-testid": "error" }, String(err.message || err)));
+    app.dataset.state = "error";
+  }
+  app.dataset.renderMs = String(Math.round(performance.now() - t0));
+}
+
+window.addEventListener("hashchange", render);
+document.getElementById("where").textContent = BUNDLE ? `static bundle of ${window.AFT_BUNDLE.directory}` : "";
+render();
