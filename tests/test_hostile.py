@@ -346,6 +346,55 @@ def test_at_concurrency_1_no_tuple_starts_once_the_ceiling_is_passed(tmp_path: P
         srv.shutdown()
 
 
+def test_the_ledger_reserves_the_largest_tuple_for_each_one_in_flight() -> None:
+    """Known positive and negative of the start rule: a slow start under a ceiling, then one peak per tuple."""
+    from aft_bench.experiment.spend import Spend
+
+    spend = Spend([], max_cost=1.0, max_tokens=None)
+    assert [spend.begin(), spend.begin()] == ["start", "wait"]  # nothing finished yet: the first tuple alone
+    spend.end({"run_id": "a", "cost_usd": 0.3})
+    assert [spend.begin(), spend.begin(), spend.begin()] == ["start", "start", "wait"]  # 0.3 + 2 x 0.3 <= 1.0
+    spend.end(None)  # a failed tuple frees its reservation and counts nothing
+    assert spend.begin() == "start" and spend.cost == 0.3
+    spend.end({"run_id": "b", "cost_usd": 0.3})
+    spend.end({"run_id": "c", "cost_usd": 0.3})
+    assert spend.begin() == "stop"  # 0.9 committed: another 0.3 could pass the ceiling, whatever is in flight
+    free = Spend([], max_cost=None, max_tokens=None)
+    assert {free.begin() for _ in range(64)} == {"start"}  # no ceiling: nothing reserved, no slow start
+    zero = Spend([{"run_id": "z", "cost_usd": 0.0}], max_cost=1.0, max_tokens=None)
+    assert {zero.begin() for _ in range(64)} == {"start"}  # free tuples (the offline model) reserve nothing
+    assert Spend([{"run_id": "b", "cost_usd": 1.2}], 1.0, None).overshoot() == pytest.approx(0.2)
+
+
+def test_at_concurrency_16_the_ceiling_holds_to_one_tuple(tmp_path: Path, capsys) -> None:
+    """16 episodes could be in flight at once; the reservations keep the run within one tuple of its ceiling
+    (without them the episodes in flight when it is reached would all pass it), and the overshoot is reported."""
+    from aft_bench.agents.fake_llm import FakeModel, index_tasks, serve
+
+    srv = serve(FakeModel(index_tasks([WORLDS]), policy="capability", latency_s=0.05))
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text('[experiment]\nid = "c16"\nworkloads = ["response_loss", "stale_drift"]\n'
+                       'conditions = ["I5", "I4", "I3", "I2"]\ntasks_per_workload = 4\n[[experiment.agents]]\n'
+                       f'name = "llm"\nmodel = "openai/gpt-4o-mini"\napi_base = "http://127.0.0.1:{srv.server_port}/v1"'
+                       '\nconcurrency = 16\n')
+        free = tmp_path / "free"
+        assert main(["run", str(cfg), "--out", str(free)]) == 0
+        costs = pd.read_parquet(free / "results.parquet")["cost_usd"]
+        assert len(costs) == 32 and costs.min() > 0
+        ceiling = 4.5 * costs.mean()
+        out = tmp_path / "o"
+        capsys.readouterr()
+        assert main(["run", str(cfg), "--out", str(out), "--max-cost", f"{ceiling:.10f}"]) == 3
+        spent = pd.read_parquet(out / "results.parquet")["cost_usd"]
+        assert 2 <= len(spent) < 32  # more than the slow start's first tuple ran, and the ceiling stopped the rest
+        assert spent.sum() <= ceiling + costs.max()
+        err = capsys.readouterr().err
+        assert "spend ceiling reached" in err and (spent.sum() <= ceiling or "passed the ceiling" in err)
+    finally:
+        srv.shutdown()
+
+
 CANARY = "sk-canaryQ7f3k9LmN2pR5tV8wX1yZ4"  # key-shaped, and planted in the environment
 
 

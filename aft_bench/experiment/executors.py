@@ -20,7 +20,7 @@ from aft_bench.common.lifetime import die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
 from aft_bench.experiment.config import Cell, Matrix, load_matrix
-from aft_bench.experiment.spend import SharedSpend, Spend
+from aft_bench.experiment.spend import STOP, WAIT, SharedSpend, Spend, Start
 from aft_bench.interface import tokens
 
 Outcome = tuple[int, str, dict[str, Any]]
@@ -41,24 +41,31 @@ def attempt(matrix: Matrix, index: int, out: Path) -> tuple[str, dict[str, Any]]
         return "failure", failure(cell, exc)
 
 
+WAIT_POLL_S = 0.02  # how often an episode held back by the spend reservations looks again
+
+
 def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, int],
-               may_start: Callable[[], bool], spent: Callable[[dict[str, Any]], None] | None = None
+               may_start: Callable[[], Start], spent: Callable[[dict[str, Any] | None], None] | None = None
                ) -> Iterator[Outcome]:
     """Cells whose agents wait on the network, many at once on one event loop (in a helper thread), at most
-    `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling), and
-    `spent(row)` is told each row before its slot frees. Outcomes arrive as episodes finish; the runner stays
-    the single writer."""
+    `limits[agent_spec]` in flight per agent; a cell starts only while `may_start()` (the spend ceiling, which
+    reserves for it), and `spent(row)` (None for a failure) is told each outcome before its slot frees. Outcomes
+    arrive as episodes finish; the runner stays the single writer."""
     outcomes: queue.Queue[Outcome | None] = queue.Queue()
     tokens.warm()  # litellm and the tokenizer load here, once, not on the loop while 32 episodes wait for them
 
     async def one(i: int, gate: asyncio.Semaphore) -> None:
         cell = matrix.cells[i]
         async with gate:
-            if not may_start():
+            while (verdict := may_start()) == WAIT:  # room may free when an episode in flight finishes
+                await asyncio.sleep(WAIT_POLL_S)
+            if verdict == STOP:
                 return
             try:
                 row = await run_cell_async(matrix, cell, out)
             except Exception as exc:  # noqa: BLE001 - as in `attempt`
+                if spent is not None:
+                    spent(None)
                 outcomes.put((i, "failure", failure(cell, exc)))
                 return
             if spent is not None:
@@ -90,8 +97,8 @@ def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits:
     die_with_parent()
     try:
         matrix = load_matrix(config, Path(worlds))
-        for item in concurrent(matrix, indices, Path(out), limits, lambda: spend.open() and not stop.is_set(),
-                               spend.add):
+        for item in concurrent(matrix, indices, Path(out), limits, lambda: STOP if stop.is_set() else spend.begin(),
+                               spend.end):
             results.put(item)
     finally:
         results.put(None)

@@ -61,10 +61,17 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
         except OSError as exc:
             raise OutputError(out / "results.parquet", exc) from None
     left = len(matrix.cells) - len(rows)
+    over = spend.overshoot()
+    if over is not None:  # episodes in flight when the ceiling was reached finished, as they must: say by how much
+        print(f"aft-bench: spend ${spend.cost:.4f} passed the ceiling ${spend.max_cost} by ${over:.4f} (episodes "
+              f"already in flight finish; each new one reserved the largest tuple so far, ${spend.peak_cost:.4f})",
+              file=sys.stderr)
     if left and not spend.open():
         raise CeilingReached(f"spend ceiling reached (${spend.cost:.4f} of ${spend.max_cost}, "
-                             f"{spend.tokens} tokens of {spend.max_tokens}): {left} tuples not started; rerun "
-                             f"with a higher --max-cost (or max_cost_usd / max_tokens_total) to continue")
+                             f"{spend.tokens} tokens of {spend.max_tokens}; the next tuple could cost as much as "
+                             f"the largest so far, ${spend.peak_cost:.4f} / {spend.peak_tokens} tokens): {left} "
+                             f"tuples not started; rerun with a higher --max-cost (or max_cost_usd / "
+                             f"max_tokens_total) to continue")
     return rows
 
 
@@ -98,7 +105,7 @@ def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend
             yield from executors.concurrent_processes(matrix, networked, out, limits, spend,
                                                       min(loops, len(networked)))
         else:
-            yield from executors.concurrent(matrix, networked, out, limits, spend.open, spend.add)  # counted
+            yield from executors.concurrent(matrix, networked, out, limits, spend.begin, spend.end)  # counted
             # before the slot frees, so the next tuple sees it (before: only once the runner received the row)
     if workers > 1 and len(local) > 1:
         yield from executors.process_pool(matrix, local, out, min(workers, len(local)))
