@@ -247,7 +247,61 @@ OTHER_CASES = [
                        (t / "cfg" / "smoke.lock.json").mkdir())),
 ]
 
-CASES = _data_file_cases() + _table_cases() + OTHER_CASES
+# --- the hostile probe's values: each config is refused the same way by `validate` and by `run` ----------------
+KEY = "sk-probeKEY0123456789abcdefXYZ"  # key-shaped: must appear in no output and no file
+LLM = '[experiment]\nid = "h"\nworkloads = ["response_loss"]\n[[experiment.agents]]\nname = "llm"\n'
+HOSTILE_CONFIGS = {
+    "timeout_s inf": LLM + 'model = "openai/m"\napi_base = "offline"\ntimeout_s = inf\n',
+    "timeout_s nan": LLM + 'model = "openai/m"\napi_base = "offline"\ntimeout_s = nan\n',
+    "timeout_s 1e308": LLM + 'model = "openai/m"\napi_base = "offline"\ntimeout_s = 1e308\n',
+    "timeout_s 0": LLM + 'model = "openai/m"\napi_base = "offline"\ntimeout_s = 0\n',
+    "backoff_s 1e9": LLM + 'model = "openai/m"\napi_base = "offline"\nbackoff_s = 1e9\n',
+    "negative price": LLM + 'model = "openai/m"\napi_base = "offline"\ninput_usd_per_mtok = -1\n'
+                            'output_usd_per_mtok = 1\n',
+    "price nan": LLM + 'model = "openai/m"\napi_base = "offline"\ninput_usd_per_mtok = nan\n'
+                       'output_usd_per_mtok = 1\n',
+    "malformed model": LLM + 'model = "openai/ m x"\napi_base = "offline"\n',
+    "api_base not http": LLM + 'model = "openai/m"\napi_base = "ftp://127.0.0.1/v1"\n',
+    "key in api_base": LLM + f'model = "openai/m"\napi_base = "http://127.0.0.1:9/v1?key={KEY}"\n',
+    "user:password in api_base": LLM + 'model = "openai/m"\napi_base = "http://u:pw@127.0.0.1:9/v1"\n',
+    "key in model": LLM + f'model = "openai/{KEY}"\napi_base = "offline"\n',
+    "seed 2^63": '[experiment]\nid = "h"\nseeds = [9223372036854775808]\n',
+    "negative seed": '[experiment]\nid = "h"\nseeds = [-1]\n',
+    "max_cost_usd nan": '[experiment]\nid = "h"\nmax_cost_usd = nan\n',
+    "max_cost_usd inf": '[experiment]\nid = "h"\nmax_cost_usd = inf\n',
+    "rtt_ms inf": '[experiment]\nid = "h"\nworkloads = ["toolpro_sweep"]\n[[experiment.agents]]\nname = "program"\n'
+                  'mode = "policy"\nrtt_ms = inf\ndecision_ms = 1\nbuild_ms = 1\n',
+    "rtt_ms negative": '[experiment]\nid = "h"\nworkloads = ["toolpro_sweep"]\n[[experiment.agents]]\n'
+                       'name = "program"\nmode = "policy"\nrtt_ms = -5\ndecision_ms = 1\nbuild_ms = 1\n',
+}
+
+
+def _config(text: str) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        (t / "h.toml").write_text(text)
+    return prepare
+
+
+HOSTILE_CASES = [Case(f"{cmd}: {name}", argv, 2, _config(text)) for name, text in HOSTILE_CONFIGS.items()
+                 for cmd, argv in (("validate", ["validate", "{t}/h.toml"]),
+                                   ("run", ["run", "{t}/h.toml", "--out", "{t}/out", "--worlds", str(WORLDS)]))]
+HOSTILE_CASES += [
+    Case("run: --max-cost nan", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "nan"], 2),
+    Case("run: --max-cost inf", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "inf"], 2),
+    Case("run: --max-cost -1", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "-1"], 2),
+    Case("analyze: --resamples 0", ["analyze", "{d}", "--resamples", "0"], 2),
+    Case("analyze: --permutations 0", ["analyze", "{d}", "--permutations", "0"], 2),
+    Case("serve: --port 99999", ["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition", "I5",
+                                 "--transport", "http", "--port", "99999", "--out", "{t}/s"], 2),
+    Case("serve: --host with a key", ["serve", "--workload", "response_loss", "--task", "rl-01-o1", "--condition",
+                                      "I5", "--transport", "http", "--host", f"{KEY}.invalid", "--out", "{t}/s"], 2),
+    Case("fake-llm: --latency -1", ["fake-llm", "--latency", "-1"], 2),
+    Case("fake-llm: --port 70000", ["fake-llm", "--port", "70000"], 2),
+    Case("view: not a results folder", ["view", "{t}"], 2),
+    Case("view: --bundle target exists", ["view", "{d}", "--bundle", "{d}"], 2),
+]
+
+CASES = _data_file_cases() + _table_cases() + OTHER_CASES + HOSTILE_CASES
 
 
 def test_the_suite_is_as_large_as_the_readme_says() -> None:
@@ -276,3 +330,5 @@ def test_bad_input_is_one_line_an_exit_code_and_nothing_written(case: Case, smok
     after = _snapshot(tmp_path)
     after.pop("results/.runner.lock", None)  # a resume takes the runner lock (an empty file) before refusing
     assert after == before, (case.id, set(after.items()) ^ set(before.items()))
+    assert KEY not in captured.err + captured.out  # a refused key is not echoed back either
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "h.toml" and KEY.encode() in p.read_bytes()]

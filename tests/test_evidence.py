@@ -126,11 +126,20 @@ def test_a_held_folder_without_manifest_is_reported_as_held_by_another_runner(tm
 
 def test_workers_are_capped_at_cores_times_four_and_the_run_count(capsys, monkeypatch) -> None:
     monkeypatch.setattr(cli.os, "cpu_count", lambda: 2)
-    assert cli._workers(10_000, 4816) == 8
-    assert "capped at 8" in capsys.readouterr().err
-    assert cli._workers(10_000, 3) == 3
-    capsys.readouterr()
-    assert cli._workers(2, 4816) == 2 and capsys.readouterr().err == ""
+    n, note = cli._workers(10_000, 4816)
+    assert n == 8 and "capped at 8" in note
+    assert cli._workers(10_000, 3)[0] == 3
+    assert cli._workers(2, 4816) == (2, "")
+    assert capsys.readouterr().err == ""  # the note is printed after the run, never before an error
+
+
+def test_the_workers_note_never_precedes_an_error(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "someone-elses.txt").write_text("x")
+    assert main(["run", str(SMOKE), "--out", str(out), "--workers", "999", "--worlds", str(WORLDS)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "capped" not in err
 
 
 def test_a_world_reference_must_stay_inside_the_worlds_folder(tmp_path: Path, capsys) -> None:

@@ -648,6 +648,7 @@ NOT_EVIDENCE_TEXT = {
     ("runtime/trace.py", '.open("a"'): "trace lines: data redacted in append_canonical before hashing",
     ("experiment/journal.py", 'open(path, "a"'): "journal and append_record: redacted in append / before writing",
     ("agents/fake_llm.py", 'open(path, "a"'): "the offline model's exchange log, redacted on the line below",
+    ("cli/main.py", "open(folder / f\"warnings-"): "library warnings, redacted on the line below",
 }
 WRITER = re.compile(r"write_text\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\(|savefig\(")
 
@@ -680,3 +681,47 @@ def test_a_credential_in_a_key_column_is_never_journaled(tmp_path: Path, monkeyp
     journal.append({**row, "client": f"x-{PLAIN_SECRET}/1"})  # not a key column: recorded, redacted
     assert PLAIN_SECRET not in (tmp_path / "j.jsonl").read_text()
     assert journal.rows[-1]["client"] == "x-[redacted]/1"
+
+
+def test_a_full_disk_while_a_folder_is_written_names_the_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+    """An OSError with no file name (pandas writing a CSV onto a full disk) said "?: No space left on device"."""
+    import errno
+
+    _cfg, out = _small_run(tmp_path)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--resamples", "20", "--permutations", "20"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"aft-bench: error: cannot write {out / 'analysis'}: No space left on device; results recorded " \
+                  "earlier are intact"
+    assert not (out / "analysis").exists() and not [p for p in out.iterdir() if p.name.startswith(".analysis")]
+
+
+def test_a_library_warning_goes_to_the_log_not_between_the_command_and_its_error(tmp_path: Path, capsys,
+                                                                                   monkeypatch) -> None:
+    """A pydantic-style warning raised while a command runs made its error several lines long."""
+    import tempfile
+    import warnings
+
+    cli = sys.modules["aft_bench.cli.main"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real = cli.cmd_validate
+
+    def noisy(args):
+        warnings.warn("Pydantic serializer warnings: Expected 9 fields but got 5", UserWarning, stacklevel=1)
+        return real(args)
+
+    monkeypatch.setattr(cli, "cmd_validate", noisy)  # build_parser binds the command when main() calls it
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[experiment\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "serializer" not in err
+    logs = list((tmp_path / "aft-bench").glob("warnings-*.log"))
+    assert logs and "Expected 9 fields" in logs[0].read_text()

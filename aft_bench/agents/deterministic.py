@@ -40,7 +40,7 @@ from aft_bench.tasks.task import Brief, PlanStep, Script
 class Params(BaseModel):
     """Parameters of the deterministic agent (a config's `[[experiment.agents]]` table)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # no NaN or infinite setting
     max_attempts: int = Field(default=3, ge=1, le=100, description="sends of one step before it ends 'unknown'")
 
 

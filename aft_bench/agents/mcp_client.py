@@ -34,7 +34,7 @@ INVALID_CODES = ("unknown_tool", "invalid_arguments")  # interface answers that 
 class Params(BaseModel):
     """The agent under test as the person serving it named it, and the form in which its tools are served."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # no NaN or infinite setting
     agent: str = Field(default="unknown", min_length=1, max_length=200,
                        description="the agent under test (`serve --agent`; else the MCP client's handshake name)")
     model: str = Field(default="unknown", min_length=1, max_length=200,

@@ -36,15 +36,15 @@ from aft_bench.tasks.task import Brief, Script
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # no NaN or infinite setting
     mode: Literal["program", "step", "skeleton", "policy"] = Field(
         default="program", description="always a program, always stepwise calls (with the whole tool context, or "
         "skeleton-guided: each step from its own tool's schema), or ToolPro's consolidation policy")
     fail_after: int = Field(default=0, ge=0, description="first program fails after this many writes (0: never)")
     max_attempts: int = Field(default=3, ge=1, le=10, description="programs submitted before it gives up")
-    rtt_ms: float | None = Field(default=None, ge=0, description="policy profile: client-server round trip")
-    decision_ms: float | None = Field(default=None, ge=0, description="policy profile: one agent decision")
-    build_ms: float | None = Field(default=None, ge=0, description="policy profile: building one program")
+    rtt_ms: float | None = Field(default=None, ge=0, le=3.6e6, description="policy profile: client-server round trip")
+    decision_ms: float | None = Field(default=None, ge=0, le=3.6e6, description="policy profile: one agent decision")
+    build_ms: float | None = Field(default=None, ge=0, le=3.6e6, description="policy profile: building one program")
 
     @model_validator(mode="after")
     def _profile_with_policy(self) -> Params:

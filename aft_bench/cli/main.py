@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aft_bench import __version__
 from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, number
@@ -30,15 +31,15 @@ def _worlds_dir(arg: str | None) -> Path:
     return local if local.is_dir() else DEFAULT_WORLDS
 
 
-def _workers(requested: int, cells: int) -> int:
-    """`--workers`, capped at cores x 4 and at the number of cells (a note says so when it is)."""
+def _workers(requested: int, cells: int) -> tuple[int, str]:
+    """`--workers`, capped at cores x 4 and at the number of cells, and the note that says so when it is (shown
+    after the run, so it never stands between a command and its one line of error)."""
     if requested < 1:
         raise InputError("--workers", "--workers", requested, "must be at least 1")
     cap = max(1, min((os.cpu_count() or 1) * 4, cells, MAX_WORKERS))
-    if requested > cap:
-        print(f"aft-bench: --workers {requested} capped at {cap} (cores x 4 = {(os.cpu_count() or 1) * 4}, "
-              f"{cells} runs, at most {MAX_WORKERS})", file=sys.stderr)
-    return min(requested, cap)
+    note = (f"aft-bench: note: --workers {requested} capped at {cap} (cores x 4 = {(os.cpu_count() or 1) * 4}, "
+            f"{cells} runs, at most {MAX_WORKERS})") if requested > cap else ""
+    return min(requested, cap), note
 
 
 def _yes(v: bool | None) -> str:
@@ -114,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.experiment.runner import run_matrix
 
     matrix = load_matrix(args.config, _worlds_dir(args.worlds))
-    workers = _workers(args.workers, len(matrix.cells))
+    workers, note = _workers(args.workers, len(matrix.cells))
     out = Path(args.out)
     t0 = time.perf_counter()
     for i, spec in enumerate(matrix.agents):
@@ -131,6 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / max(wall, 1e-9):.0f} runs/s); "
           f"faults fired in {sum(fired)}/{len(fired)} faulted runs")
     print(f"results: {out / 'results.parquet'}  traces: {out / 'traces'}  manifest: {out / 'manifest.json'}")
+    if note:
+        print(note, file=sys.stderr)
     if missing:
         print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
               f"rerun the same command to resume", file=sys.stderr)
@@ -375,9 +378,28 @@ def _crash_log(exc: BaseException) -> str:
         return f"(log not written: {err.strerror})"
 
 
+def _log_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+    """Library warnings (pydantic, litellm, ...) go to a log file, redacted, never between a command and its one
+    line of error or result."""
+    import tempfile
+
+    try:
+        folder = Path(tempfile.gettempdir()) / "aft-bench"
+        folder.mkdir(exist_ok=True)
+        with open(folder / f"warnings-{time.strftime('%Y%m%d')}.log", "a", encoding="utf-8") as log:
+            log.write(redact(f"{time.strftime('%H:%M:%S')} pid {os.getpid()} {category.__name__} {filename}:{lineno}: "
+                             f"{message}\n"))
+    except OSError:
+        pass  # a warning is not worth an error
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. The error contract: bad input exits 2, an output or integrity problem exits 1, each
     with one line naming the file, field or flag; anything unforeseen exits 1 with one line and a log path."""
+    import warnings
+
+    warnings.showwarning = _log_warning
     try:
         args = build_parser().parse_args(argv)
     except FlagError as exc:

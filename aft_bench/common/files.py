@@ -147,7 +147,12 @@ def write_folder(final: Path, fill: Callable[[Path], None]) -> None:
     except OSError as exc:
         raise OutputError(final, exc) from None
     try:
-        fill(tmp)
+        try:
+            fill(tmp)
+        except OSError as exc:  # a full disk mid-fill: name what was being written (the final path), not "?"
+            name = Path(exc.filename) if isinstance(exc.filename, str) else None
+            inside = name is not None and name.is_relative_to(tmp)
+            raise OutputError(final / name.relative_to(tmp) if inside else final, exc) from None
         old = final.with_name(f".{final.name}-old")
         if old.exists():  # left by an interrupted earlier write: the last complete version if `final` is gone
             if final.exists():

@@ -27,9 +27,9 @@ class Network(BaseModel):
     """ToolPro's simulated network and decision clock: per round trip, per agent decision, per program built."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    rtt_ms: float = Field(ge=0)
-    decision_ms: float = Field(ge=0)
-    build_ms: float = Field(ge=0)
+    rtt_ms: float = Field(ge=0, le=3.6e6)  # an hour: beyond it a virtual clock means nothing
+    decision_ms: float = Field(ge=0, le=3.6e6)
+    build_ms: float = Field(ge=0, le=3.6e6)
 
 
 class Experiment(BaseModel):
