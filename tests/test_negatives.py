@@ -32,3 +32,53 @@ def test_an_agent_that_ignores_lifecycle_and_verification_gains_nothing_from_the
         assert n["treatment_fault_fired_share"] == n["control_fault_fired_share"] == 1.0  # ... every fault fired
         assert n["utility_diff"] == 0.0 and n["criterion_met"] is False, comp  # ... and there is no effect
         assert c["utility_diff"] > 0 and c["criterion_met"] is True, comp  # the known positive on the same tuples
+
+
+KEYLESS = ROOT / "configs" / "negative" / "keyless_effects.toml"
+BLIND = ROOT / "configs" / "negative" / "blind_discovery.toml"
+
+
+def _capable(config: Path, tmp_path: Path, policy: str) -> dict[str, dict]:
+    cfg = tmp_path / "capable.toml"
+    cfg.write_text(config.read_text().replace(f"fake-{policy}", "fake-capability"))
+    return _analyzed(cfg, tmp_path / "capable")
+
+
+def test_an_agent_that_sends_no_idempotency_key_gains_nothing_from_keyed_effects(tmp_path: Path) -> None:
+    keyless = _analyzed(KEYLESS, tmp_path / "keyless")
+    capable = _capable(KEYLESS, tmp_path, "keyless")
+    n, c = keyless["duplicate_effects"], capable["duplicate_effects"]
+    assert n["clusters"] == c["clusters"] == 16 and n["caveat"] is None
+    assert n["treatment_fault_fired_share"] == n["control_fault_fired_share"] == 1.0
+    assert n["utility_diff"] == 0.0 and n["criterion_met"] is False
+    # the known positive on the same tuples: significant alone (Holm over a family of seven, five of them not run
+    # in this config and counted as p = 1, is what keeps its adjusted p above 0.05 here)
+    assert c["utility_diff"] > 0 and c["p_raw"] < 0.05
+    assert capable["unsafe_commits"]["criterion_met"] is True
+
+
+def test_guards_still_stop_a_keyless_agent_s_unauthorized_commit_but_not_its_stale_one(tmp_path: Path) -> None:
+    """unsafe_commits has no agent that can opt out of it: authority is checked at commit by the server, so even
+    an agent that sends no expected version is stopped on permission drift; on stale state, where the guard needs
+    the version from the client, it gains nothing."""
+    import pandas as pd
+
+    out = tmp_path / "keyless"
+    assert main(["run", str(KEYLESS), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    unsafe = df[df["workload"] == "stale_drift"].groupby(["fault", "condition"])["unsafe_commits"].sum()
+    runs = df[df["workload"] == "stale_drift"].groupby(["fault", "condition"]).size()
+    assert unsafe["stale_state", "I5"] == unsafe["stale_state", "I5-guards"] == runs["stale_state", "I5"]
+    assert unsafe["permission_drift", "I5"] == 0 < unsafe["permission_drift", "I5-guards"]
+
+
+def test_an_agent_that_does_nothing_meets_no_discovery_criterion(tmp_path: Path) -> None:
+    """Fewer context tokens alone would reward doing nothing: discovery_context is met only jointly with
+    discovery_recall, and the blind agent's recall collapses."""
+    blind = _analyzed(BLIND, tmp_path / "blind")
+    capable = _capable(BLIND, tmp_path, "blind")
+    ctx, rec = blind["discovery_context"], blind["discovery_recall"]
+    assert ctx["utility_diff"] > 0 and ctx["criterion_alone"] is True  # far fewer tokens: its own test passes ...
+    assert ctx["criterion_met"] is False and ctx["joint_note"] == "jointly with discovery_recall (not met)"
+    assert rec["utility_diff"] < 0 and rec["criterion_met"] is False  # ... because recall collapsed
+    assert capable["discovery_context"]["criterion_met"] is True and capable["discovery_recall"]["criterion_met"]

@@ -6,6 +6,8 @@ Policies (the request's model name is `fake-<policy>`):
   by the task id and spec in the conversation, as a model would understand the task);
 * `naive`: the same, but it ignores every lifecycle and verification tool (a client that only retries); it still
   finds and loads tools through selective discovery, as any working client must;
+* `keyless`: naive, and it never sends an idempotency key or an expected version (a client that ignores effect
+  semantics and guards: they are in the schema, it leaves them out);
 * `blind`: naive, and it ignores discovery too, so under selective discovery it never reaches a business tool (a
   null agent: what the analysis must flag, never read as a result);
 * `overclaim`: the capability policy, but it always ends claiming success;
@@ -38,13 +40,14 @@ from typing import Any
 
 from aft_bench.agents.deterministic import DeterministicAgent, Params
 from aft_bench.agents.llm import RESTARTED
-from aft_bench.agents.protocol import Action, End
+from aft_bench.agents.protocol import Action, Call, End
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.secrets import redact_json
+from aft_bench.interface.interface import KEY_PARAM, VERSION_PARAM
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief, Script
 
-POLICIES = ("capability", "naive", "blind", "overclaim", "invalid")
+POLICIES = ("capability", "naive", "keyless", "blind", "overclaim", "invalid")
 FAILURES = ("429", "500", "timeout", "drop")
 LIFECYCLE = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect"})
 NOT_BUSINESS = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
@@ -265,8 +268,8 @@ class FakeModel:
                    if isinstance(t.get("function"), dict) and t["function"].get("name") != "report_outcome"]
         described = self._described(messages)
         shown = [s for s in schemas if s["name"] not in described]  # the surface as it was at the start
-        if policy in ("naive", "blind"):  # no lifecycle or verification tool; blind: no discovery tool either
-            ignored = LIFECYCLE if policy == "naive" else NOT_BUSINESS
+        if policy in ("naive", "keyless", "blind"):  # no lifecycle or verification tool; blind: no discovery either
+            ignored = NOT_BUSINESS if policy == "blind" else LIFECYCLE
             shown = [s for s in shown if s["name"] not in ignored]
         specs = [ToolSpec(s["name"], s.get("description", ""), s.get("parameters", {}),
                           "discovery" if s["name"] in NOT_BUSINESS else "business") for s in shown]
@@ -299,6 +302,8 @@ class FakeModel:
         action = _run(agent.act(obs))
         if policy == "overclaim" and isinstance(action, End):
             return End("finish", "success")
+        if policy == "keyless" and isinstance(action, Call):
+            return _without_guards(action)
         return action
 
     @staticmethod
@@ -349,6 +354,16 @@ def _log(body: bytes, reply: dict[str, Any]) -> None:
         request = body.decode(errors="replace")
     with _LOG_LOCK, open(path, "a", encoding="utf-8") as f:
         f.write(redact_json(canonical_json({"request": request, "reply": reply})) + "\n")
+
+
+def _without_guards(call: Call) -> Call:
+    """A call as the keyless policy sends it: no idempotency key, no expected version (routed calls included)."""
+    def strip(args: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in args.items() if k not in (KEY_PARAM, VERSION_PARAM)}
+
+    if call.tool == "call_tool" and isinstance(call.args.get("arguments"), dict):
+        return Call(call.tool, {**call.args, "arguments": strip(call.args["arguments"])})
+    return Call(call.tool, strip(call.args))
 
 
 def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:

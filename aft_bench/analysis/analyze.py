@@ -122,6 +122,23 @@ def _criterion(row: dict[str, Any], comp: Comparison, p_key: str) -> bool | None
     return bool(p < ALPHA and (row["utility_diff"] or 0) > 0)
 
 
+def _joint(rows: list[dict[str, Any]], comps: tuple[Comparison, ...]) -> None:
+    """A comparison declared `jointly_with` another is met only if that one is met too (its own test unchanged:
+    `criterion_alone` keeps it); the partner's verdict is named in `joint_note`."""
+    met = {r["comparison"]: r["criterion_met"] for r in rows}
+    for r in rows:
+        partner = _by_id(comps, r["comparison"]).jointly_with
+        r["criterion_alone"] = r["criterion_met"]
+        r["joint_note"] = None
+        if partner is None:
+            continue
+        other = met.get(partner)
+        if r["criterion_met"] and other is not True:
+            r["criterion_met"] = False if other is False else None
+        verdict = {True: "met", False: "not met", None: "not run"}[other]
+        r["joint_note"] = f"jointly with {partner} ({verdict})"
+
+
 def _events(df: pd.DataFrame, comp: Comparison) -> dict[str, Any]:
     """Event counts per arm for count endpoints, with Clopper-Pearson upper bounds on the rate of runs and
     of task clusters with an event (runs of one cluster are not independent; the cluster bound is the
@@ -207,6 +224,7 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
     for r in secondary:
         r["p_adjusted"] = None  # outside the Holm family: reported unadjusted
         r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_raw")
+    _joint(primary + secondary, comps)
     bh = benjamini_hochberg(np.array([np.nan if r["p_raw"] is None else r["p_raw"] for r in per_model]))
     pooled = {r["comparison"]: r["utility_diff"] for r in primary + secondary}
     for r, p in zip(per_model, bh):

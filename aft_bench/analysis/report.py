@@ -72,7 +72,8 @@ def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adj
                     "utility diff": _fmt(r["utility_diff"]),
                     "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
                     "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
-                    "criterion met": _fmt(r["criterion_met"]),
+                    "criterion met": _fmt(r["criterion_met"]) + (f" ({r['joint_note']})" if r.get("joint_note")
+                                                                 else ""),
                     "faults fired (T / C)": _fired(r), "paper (reference)": ref_text})
     return pd.DataFrame(out)
 

@@ -30,6 +30,9 @@ class Comparison(BaseModel):
     # runs must have; pairs then match on everything but the agent spec.
     treatment_agent: dict[str, Any] | None = None
     control_agent: dict[str, Any] | None = None
+    # Met only together with another comparison of the file (the paper's pairing for discovery: fewer context
+    # tokens *while* recall stays non-inferior), so an agent that does nothing cannot meet it alone.
+    jointly_with: str | None = None
 
     @model_validator(mode="after")
     def _arms_differ(self) -> Comparison:
@@ -52,6 +55,15 @@ class Comparison(BaseModel):
 class ComparisonFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     comparisons: tuple[Comparison, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _joint_partners_exist(self) -> ComparisonFile:
+        ids = {c.id for c in self.comparisons}
+        for c in self.comparisons:
+            if c.jointly_with is not None and (c.jointly_with not in ids or c.jointly_with == c.id):
+                raise ValueError(f"comparison {c.id}: jointly_with {c.jointly_with!r} is not another comparison "
+                                 f"of this file")
+        return self
 
 
 @lru_cache(maxsize=4)
