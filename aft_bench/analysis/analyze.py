@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from aft_bench.analysis.cost import COST_COLUMNS, cost_table
 from aft_bench.analysis.pairs import PAIR_KEYS, arm_rows, match_pairs
 from aft_bench.analysis.stats import (
     benjamini_hochberg,
@@ -238,7 +239,8 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
             "holm_family": {"size": len(primary), "missing": missing, "complete": not missing},
             "pseudo_replicated": [r["comparison"] for r in primary + secondary if r.get("pseudo_replicated")]}
     tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo,
-              "discovery": discovery_by_size(df, comps), "trials": trials_table(df, comps), "meta": meta}
+              "discovery": discovery_by_size(df, comps), "trials": trials_table(df, comps),
+              "cost": cost_table(df, comps, opts.resamples, _seed(opts, "cost")), "meta": meta}
     _write(directory, tables, pairs_df)
     return tables
 
@@ -278,6 +280,7 @@ CSV_COLUMNS = {
     "lomo": ["left_out", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw"],
     "discovery": ["catalog_size", "condition", "runs", *DISCOVERY_ENDPOINTS],
     "trials": TRIAL_COLUMNS,
+    "cost": COST_COLUMNS,
 }
 
 

@@ -53,7 +53,27 @@ def _load(directory: Path, stale_ok: bool) -> dict[str, Any]:
     meta, stale = read_analysis(directory, stale_ok)
     data: dict[str, Any] = {name: read_table(directory, name)
                             for name in ("primary", "secondary", "per_model", "lomo", "discovery", "trials")}
+    # added later: an analysis made before it has no cost table (re-analyze to get one)
+    data["cost"] = read_table(directory, "cost") if (directory / "analysis" / "cost.json").exists() else []
     return {**data, "meta": meta, "stale": stale}
+
+
+def _cost(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The cost table as shown: a model without a known price is "unknown", never 0."""
+    out = []
+    for r in rows:
+        unknown = "unknown" if not r["cost_known"] else None
+        ci = "–" if r["ci_low"] is None else f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+        per_done = unknown or ("no task completed" if r["cost_per_completed"] is None
+                               else f"{r['cost_per_completed']:.4g}")
+        out.append({"scope": r["scope"], "workload / comparison": r["group"], "arm": r["arm"] or "–",
+                    "condition": r["condition"], "model": r["model"], "runs": r["runs"], "completed": r["completed"],
+                    "USD per run": unknown or f"{r['cost_per_run']:.4g}",
+                    "prompt tok / run": _fmt(r["prompt_tokens_per_run"]),
+                    "completion tok / run": _fmt(r["completion_tokens_per_run"]),
+                    "model calls / run": _fmt(r["model_calls_per_run"]), "wall s / run": _fmt(r["wall_s_per_run"]),
+                    "USD per completed task": per_done, "95% task-clustered CI": unknown or ci})
+    return pd.DataFrame(out)
 
 
 def _reference() -> dict[str, Any]:
@@ -296,6 +316,12 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
                             "Not available: these results hold one trial per tuple (set `repetitions`).",
                             trials.map(_fmt) if len(trials) else None,
                             fig5.name if _figure_trials(data["trials"], fig5) else None))
+    sections.append(Section("Cost", "Per workload and condition and per comparison arm, pooled and per model: means "
+                            "per run, and the cost per completed task (all runs' cost over the runs labelled "
+                            "completed) with a task-clustered bootstrap interval; a model without a known price is "
+                            "unknown, never 0." if data["cost"] else
+                            "Not available: no run of these results called a model.",
+                            _cost(data["cost"]) if data["cost"] else None))
     fig4 = out_dir / "fig4_model_heterogeneity.png"
     if _figure4(data["per_model"], fig4):
         sections.append(Section("Figure 4: model heterogeneity", image=fig4.name))
