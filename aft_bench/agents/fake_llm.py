@@ -26,6 +26,7 @@ Setting AFT_FAKE_LLM_LOG to a file appends every request and reply to it as JSON
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -197,11 +198,30 @@ class FakeModel:
     seed: int = 0
     timeout_sleep_s: float = 3.0
     policy: str | None = None  # every request gets this policy, whatever its model name says
+    # A provider's rate limit: more than `max_inflight` requests at once are answered 429 with `Retry-After`
+    # (seconds); each 429 and each request's arrival is logged, so a test can check the client waited as asked.
+    max_inflight: int | None = None
+    retry_after_s: float = 1.0
+    inflight: int = field(default=0, init=False)
+    arrivals: list[tuple[float, str, int]] = field(default_factory=list, init=False)  # (time, body hash, status)
     _rng: random.Random = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+
+    def admit(self, body: bytes) -> bool:
+        """Count a request in (False: over the rate limit, answer 429); the caller calls `leave` after an admit."""
+        digest = hashlib.sha256(body).hexdigest()[:16]
+        with self._lock:
+            ok = self.max_inflight is None or self.inflight < self.max_inflight
+            self.inflight += ok
+            self.arrivals.append((time.monotonic(), digest, 200 if ok else 429))
+            return ok
+
+    def leave(self) -> None:
+        with self._lock:
+            self.inflight -= 1
 
     def failure(self) -> str | None:
         with self._lock:
@@ -375,6 +395,17 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server interface
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if not model.admit(body):
+                self._send(429, {"error": {"message": "rate limit: too many requests in flight",
+                                           "type": "rate_limit_error"}},
+                           {"Retry-After": f"{model.retry_after_s:g}"})
+                return
+            try:
+                self._answer(body)
+            finally:
+                model.leave()
+
+        def _answer(self, body: bytes) -> None:
             fail = model.failure()
             if fail == "drop":
                 self.close_connection = True
@@ -398,10 +429,12 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
             _log(body, reply)
             self._send(200, reply)
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
+        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -11,10 +11,12 @@ the provider reported: tokens, latency, retries, and litellm's cost when it know
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import hashlib
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from aft_bench.agents.endpoints import limiter
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.common.secrets import REDACTED, holds_secret, redact
 from aft_bench.interface.tokens import count_tokens, litellm_module
@@ -72,6 +75,8 @@ class Params(BaseModel):
     max_turns: int = Field(default=30, ge=1, description="model decisions per episode before budget_exhausted")
     max_episode_tokens: int | None = Field(default=None, ge=1, description="prompt+completion tokens per episode")
     concurrency: int = Field(default=8, ge=1, le=256, description="episodes in flight at once on one event loop")
+    adaptive: bool = Field(default=False, description="AIMD: halve the endpoint's in-flight model calls on a rate "
+                           "limit, add one after a window of successes; `concurrency` stays the ceiling")
     timeout_s: float = Field(default=60.0, gt=0, le=3600, description="seconds per provider call, the whole call "
                              "(connect, first byte and complete body)")
     retries: int = Field(default=4, ge=0, le=20, description="harness retries of a transient provider failure")
@@ -123,6 +128,8 @@ class Params(BaseModel):
             data.pop("tool_choice", None)
         if data.get("max_backoff_s") == 60.0:  # likewise added later: its default stays out of run keys
             data.pop("max_backoff_s", None)
+        if data.get("adaptive") is False:  # likewise
+            data.pop("adaptive", None)
         return data
 
     def tool_choice_arg(self) -> dict[str, Any]:
@@ -151,6 +158,45 @@ class CallDeadline(Exception):
 
 TRANSIENT = ("CallDeadline", "RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError",
              "BadGatewayError", "APIError")
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(value: str, now: float) -> float | None:
+    """A header's wait in seconds: a number of seconds, an HTTP date, or a duration such as `6m0s` or `20ms`."""
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(value)
+    if parts and "".join(n + u for n, u in parts) == value.replace(" ", ""):
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - now) if when is not None else None
+
+
+def asked_wait(exc: BaseException, now: float | None = None) -> float | None:
+    """How long the provider asked to wait before a retry (Retry-After in ms, seconds or as an HTTP date; else
+    the longest of the common rate-limit reset headers), or None when it said nothing usable."""
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None),
+                                                                        "headers", None)
+    if not headers:
+        return None
+    now = time.time() if now is None else now
+    get = {str(k).lower(): str(v) for k, v in dict(headers).items()}.get
+    if (ms := get("retry-after-ms")) is not None and (v := _seconds(ms, now)) is not None:
+        return v / 1000.0
+    if (ra := get("retry-after")) is not None and (v := _seconds(ra, now)) is not None:
+        return v
+    resets = [v for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens", "ratelimit-reset")
+              if (raw := get(h)) is not None and (v := _seconds(raw, now)) is not None]
+    return max(resets) if resets else None
 
 
 def preflight(params: Params) -> str | None:
@@ -321,7 +367,11 @@ class LLMAgent:
             base = offline_base()
         attempt = 0
         waited = 0.0
+        waits: list[dict[str, Any]] = []
+        gate = limiter(self.params.model.split("/", 1)[0], self.params.api_base,
+                       self.params.concurrency) if self.params.adaptive else None
         while True:
+            epoch = await gate.acquire() if gate is not None else 0
             t0 = time.perf_counter()
             try:
                 call = litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
@@ -332,17 +382,29 @@ class LLMAgent:
                 except TimeoutError:
                     raise CallDeadline(f"no complete answer within {self.params.timeout_s:g} s") from None
                 waited += time.perf_counter() - t0
+                if gate is not None:
+                    gate.release(epoch, rate_limited=False)
                 break
+            except asyncio.CancelledError:
+                if gate is not None:
+                    gate.release(epoch, rate_limited=False)
+                raise
             except Exception as exc:  # noqa: BLE001 - classified below; anything else is not ours to retry
                 waited += time.perf_counter() - t0
                 kind = type(exc).__name__
                 status = getattr(exc, "status_code", None)
+                if gate is not None:  # the slot frees before any wait: a backoff holds no provider slot
+                    gate.release(epoch, rate_limited=kind == "RateLimitError" or status == 429)
                 if kind not in TRANSIENT or attempt >= self.params.retries:
                     raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
                                         f"on {self.params.model}") from None
                 attempt += 1
-                delay = min(self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5),
+                asked = asked_wait(exc)  # the provider's Retry-After or reset header, if it sent one
+                delay = min(asked if asked is not None else
+                            self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5),
                             self.params.max_backoff_s)
+                waits.append({"reason": "retry_after" if asked is not None else "backoff", "error": kind,
+                              "status": status, "seconds": round(delay, 6)})
                 await asyncio.sleep(delay)
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -358,8 +420,10 @@ class LLMAgent:
         reply = {"content": scrub(getattr(message, "content", None)), "tool_calls": calls}
         sent = len(request_text) + len(json.dumps(reply).encode())
         self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
-                                          cost_usd=cost, retries=attempt, latency_s=waited, model_bytes=sent)
+                                          cost_usd=cost, retries=attempt, latency_s=waited, model_bytes=sent,
+                                          retry_wait_s=sum(w["seconds"] for w in waits))
         self._records.append({"model": self.params.model, "request_hash": request_hash, "prompt_tokens": prompt,
                               "completion_tokens": completion, "latency_s": round(waited, 6), "cost_usd": cost,
-                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns})
+                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns,
+                              **({"waits": waits} if waits else {})})
         return reply

@@ -54,6 +54,7 @@ class Usage:
     invalid_tool_calls: int = 0  # malformed model actions: bad JSON, unknown tool, schema-invalid arguments
     latency_s: float = 0.0  # wall time spent waiting for the provider
     model_bytes: int = 0  # bytes exchanged with the model: each request as sent and each reply
+    retry_wait_s: float = 0.0  # seconds waited before retries (what the provider asked, else backoff)
 
     def __add__(self, other: Usage) -> Usage:
         def add(a: Any, b: Any) -> Any:

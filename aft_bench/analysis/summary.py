@@ -26,4 +26,18 @@ def summarize(directory: Path) -> str:
         "recall": g["recall"].mean(),
     })[COLS]
     with pd.option_context("display.max_rows", None, "display.width", 160, "display.float_format", "{:.3f}".format):
-        return table.to_string()
+        return table.to_string() + "".join(f"\n{line}" for line in endpoint_limits(directory))
+
+
+def endpoint_limits(directory: Path) -> list[str]:
+    """The adaptive (AIMD) in-flight limit of each provider endpoint over each session, from sessions.jsonl."""
+    from aft_bench.experiment.journal import read_records
+
+    out = []
+    for rec in read_records(directory / "sessions.jsonl"):
+        for endpoint, history in sorted((rec.get("endpoint_limits") or {}).items()):
+            limits = [int(h[1]) for h in history]
+            steps = " -> ".join(str(v) for v in limits[:12]) + (" -> ..." if len(limits) > 12 else "")
+            out.append(f"session {rec.get('session')}: adaptive limit of {endpoint}: {steps} (final {limits[-1]}, "
+                       f"lowest {min(limits)}, {len(limits) - 1} changes)")
+    return out

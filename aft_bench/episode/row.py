@@ -95,12 +95,15 @@ _COLUMNS = (
     Column("session", "int", "provenance", "runner session (1 = first run into this directory, 2 = first resume, ...)"),
     Column("client", "str?", "provenance",
            "the MCP client's name/version from its handshake (served episodes; null for every other agent)"),
+    Column("retry_wait_s", "float?", "usage",
+           "seconds waited before provider retries, as the provider asked (Retry-After) or by backoff (null in "
+           "results made before it was recorded)"),
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
 # Columns added after results existed: a journal row or table without one reads it as this value.
-LATE_COLUMNS: dict[str, Any] = {"client": None}
+LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None}
 INT64 = (-(2**63), 2**63 - 1)  # what parquet (and pandas) can hold in an integer column
 
 
@@ -205,6 +208,7 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "trace_head": result.trace_head,
         **hashes,
         "client": None,
+        "retry_wait_s": round(u.retry_wait_s, 6),
     }
 
 

@@ -81,7 +81,8 @@ class RunDirectory:
         return fresh
 
     def next_session(self) -> int:
-        return len(read_records(self.out / "sessions.jsonl")) + 1
+        """One more than the highest session recorded (a session may add records after its first)."""
+        return 1 + max((int(r.get("session") or 0) for r in read_records(self.out / "sessions.jsonl")), default=0)
 
     def start_session(self, pending: int) -> int:
         n = self.next_session()

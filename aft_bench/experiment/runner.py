@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from aft_bench.agents.endpoints import forget as forget_limits
+from aft_bench.agents.endpoints import snapshot as endpoint_limits
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.errors import CeilingReached, EvidenceError, OutputError
 from aft_bench.episode.row import write_parquet
@@ -50,8 +52,12 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
                      "code_version": manifest_data["code"]["version"], "session": session}
             spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
                           matrix.experiment.max_tokens_total)
+            forget_limits()  # adaptive endpoint limits start from their ceilings in each session
             _drain(_outcomes(matrix, pending, out, workers, spend, loops), journal, out, extra, progress,
                    len(pending), spend)
+            limits = endpoint_limits()
+            if limits:  # the AIMD limit of each endpoint over the session (this process's loop)
+                append_record(out / "sessions.jsonl", {"session": session, "endpoint_limits": limits})
         finally:
             journal.close()
         order = {c.run_id: i for i, c in enumerate(matrix.cells)}

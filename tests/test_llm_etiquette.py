@@ -1,0 +1,125 @@
+"""Provider etiquette: the harness waits as long as a provider asks (Retry-After in seconds, milliseconds or as
+an HTTP date, or the common rate-limit reset headers), traces every wait and counts it in the row; with
+`adaptive = true` one AIMD limiter per endpoint halves the calls in flight on a rate limit."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from aft_bench.agents.endpoints import Aimd
+from aft_bench.agents.fake_llm import FakeModel, index_tasks, serve
+from aft_bench.agents.llm import asked_wait
+from aft_bench.cli.main import main
+
+from conftest import WORLDS
+
+NOW = 1_800_000_000.0
+
+
+def _exc(headers: dict[str, str] | None) -> SimpleNamespace:
+    return SimpleNamespace(litellm_response_headers=headers)
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({"Retry-After": "2"}, 2.0),
+    ({"retry-after": "0.5"}, 0.5),
+    ({"Retry-After": email.utils.formatdate(NOW + 7, usegmt=True)}, 7.0),
+    ({"Retry-After": email.utils.formatdate(NOW - 30, usegmt=True)}, 0.0),  # a date in the past: no wait
+    ({"retry-after-ms": "250", "Retry-After": "9"}, 0.25),  # the finer header first
+    ({"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-reset-tokens": "20ms"}, 360.0),  # the longest reset
+    ({"x-ratelimit-reset-tokens": "1.5s"}, 1.5),
+    ({"ratelimit-reset": "3"}, 3.0),
+    ({"Retry-After": "soon"}, None),  # nothing usable: exponential backoff instead
+    ({"x-ratelimit-reset-requests": "6 parsecs"}, None),
+    ({"content-type": "application/json"}, None),
+    (None, None),
+])
+def test_the_wait_a_provider_asks_for(headers: dict[str, str] | None, expected: float | None) -> None:
+    got = asked_wait(_exc(headers), now=NOW)
+    assert got == (pytest.approx(expected, abs=1.0) if expected is not None else None)
+
+
+def test_aimd_halves_once_per_congestion_event_and_climbs_back_by_one() -> None:
+    async def play() -> Aimd:
+        gate = Aimd(8)
+        epochs = [await gate.acquire() for _ in range(8)]
+        for e in epochs[:5]:  # a burst of 429s answered together: one halving, not five
+            gate.release(e, rate_limited=True)
+        assert gate.limit == 4
+        for e in epochs[5:]:
+            gate.release(e, rate_limited=False)
+        for _ in range(4):  # a window of successes at limit 4 adds one
+            gate.release(await gate.acquire(), rate_limited=False)
+        assert gate.limit == 5
+        one = Aimd(1)
+        one.release(await one.acquire(), rate_limited=True)
+        assert one.limit == 1  # never below one
+        return gate
+
+    gate = asyncio.run(play())
+    assert [h[1] for h in gate.history] == [8, 4, 5]
+
+
+def _config(tmp_path: Path, port: int, concurrency: int, adaptive: bool, tasks: int) -> Path:
+    cfg = tmp_path / f"c{int(adaptive)}.toml"
+    cfg.write_text('[experiment]\nid = "etiquette"\nworkloads = ["response_loss"]\nconditions = ["I5", "I4"]\n'
+                   f'tasks_per_workload = {tasks}\n[[experiment.agents]]\nname = "llm"\n'
+                   f'model = "openai/fake-capability"\napi_base = "http://127.0.0.1:{port}/v1"\n'
+                   f'concurrency = {concurrency}\nretries = 20\nadaptive = {str(adaptive).lower()}\n')
+    return cfg
+
+
+def test_no_call_is_retried_before_the_time_the_provider_asked(tmp_path: Path) -> None:
+    model = FakeModel(index_tasks([WORLDS]), latency_s=0.05, max_inflight=2, retry_after_s=0.6)
+    srv = serve(model)
+    try:
+        out = tmp_path / "o"
+        assert main(["run", str(_config(tmp_path, srv.server_port, 6, False, 3)), "--out", str(out)]) == 0
+    finally:
+        srv.shutdown()
+    limited = [(t, h) for t, h, status in model.arrivals if status == 429]
+    assert len(limited) >= 5  # the provider's limit was hit
+    for t, h in limited:  # the same request again: never sooner than asked (the clock resolution aside)
+        later = [t2 for t2, h2, _ in model.arrivals if h2 == h and t2 > t]
+        assert later and min(later) - t >= 0.6 - 0.02
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["retries"].sum() == len(limited) and df["retry_wait_s"].sum() == pytest.approx(0.6 * len(limited))
+    waits = [w for p in (out / "traces").glob("*.jsonl") for ln in p.read_text().splitlines()
+             if '"kind":"model_call"' in ln for w in json.loads(ln)["data"].get("waits", [])]
+    assert len(waits) == len(limited)
+    assert {(w["reason"], w["status"], w["seconds"]) for w in waits} == {("retry_after", 429, 0.6)}
+
+
+def test_adaptive_concurrency_meets_the_provider_s_limit(tmp_path: Path, capsys) -> None:
+    """The same config at fixed and at adaptive concurrency against a provider that takes 3 calls at once."""
+    counts = {}
+    for adaptive in (False, True):
+        model = FakeModel(index_tasks([WORLDS]), latency_s=0.05, max_inflight=3, retry_after_s=0.05)
+        srv = serve(model)
+        try:
+            out = tmp_path / f"o{adaptive}"
+            cfg = _config(tmp_path, srv.server_port, 16, adaptive, 8)
+            assert main(["run", str(cfg), "--out", str(out)]) == 0
+        finally:
+            srv.shutdown()
+        counts[adaptive] = sum(1 for *_, status in model.arrivals if status == 429)
+        assert len(pd.read_parquet(out / "results.parquet")) == 16
+        sessions = [json.loads(ln) for ln in (out / "sessions.jsonl").read_text().splitlines()]
+        limits = [r["endpoint_limits"] for r in sessions if "endpoint_limits" in r]
+        assert len(limits) == int(adaptive)  # only an adaptive run has a limiter to record
+        if adaptive:
+            history = next(iter(limits[0].values()))
+            assert history[0][1] == 16 and min(h[1] for h in history) <= 4  # it came down to the provider's limit
+            assert main(["summarize", str(out)]) == 0
+            assert main(["run", str(cfg), "--out", str(out)]) == 0  # a resume with nothing left to do
+            assert [r["session"] for r in map(json.loads, (out / "sessions.jsonl").read_text().splitlines())
+                    if "pid" in r] == [1, 2]  # the limit record does not count as a session
+    assert "adaptive limit of openai http://127.0.0.1:" in capsys.readouterr().out
+    assert counts[False] > 0 and counts[True] * 3 <= counts[False], counts
