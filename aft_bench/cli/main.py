@@ -108,12 +108,37 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _executor(args: argparse.Namespace) -> str | None:
+    """The Dask scheduler address `run` uses (None: this machine's executors); the extra must be installed."""
+    from aft_bench.experiment.cluster import missing_extra
+
+    if args.executor != "dask":
+        if args.scheduler is not None:
+            raise InputError("--scheduler", "--scheduler", args.scheduler, "is only used with --executor dask")
+        return None
+    problem = missing_extra()
+    if problem is not None:
+        raise InputError("--executor", "--executor", "dask", problem)
+    return args.scheduler or "local"
+
+
+def _scheduler_flag(text: str) -> str:
+    """`--scheduler`: tcp://host:port or local[:N], checked before anything runs."""
+    from aft_bench.experiment.cluster import parse
+
+    try:
+        return str(parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.agents.registry import preflight
     from aft_bench.experiment.config import load_matrix
     from aft_bench.experiment.progress import progress_for
     from aft_bench.experiment.runner import run_matrix
 
+    scheduler = _executor(args)
     matrix = load_matrix(args.config, _worlds_dir(args.worlds))
     workers, note = _workers(args.workers, len(matrix.cells))
     out = Path(args.out)
@@ -124,8 +149,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError("--max-cost", "--max-cost", args.max_cost, "must be 0 or more")
     if not 1 <= args.loops <= 64:
         raise InputError("--loops", "--loops", args.loops, "must be between 1 and 64")
-    rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
-                      rerun_missing=args.rerun_missing, max_cost=args.max_cost, loops=args.loops)
+    from aft_bench.experiment.cluster import ClusterError
+
+    try:
+        rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
+                          rerun_missing=args.rerun_missing, max_cost=args.max_cost, loops=args.loops,
+                          scheduler=scheduler)
+    except ClusterError as exc:  # the cluster, not the input: what was recorded is intact and the folder resumes
+        print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
     wall = time.perf_counter() - t0
     fired = [r["fault_fired"] for r in rows if r["fault_fired"] is not None]
     missing = len(matrix.cells) - len(rows)
@@ -279,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "split between them (default 1); results are identical for any count")
     r.add_argument("--max-cost", type=number(0, 1e12), help="spend ceiling in US dollars (overrides the config's "
                    "max_cost_usd; not part of the config's identity): no new tuple starts once reached, exit 3")
+    r.add_argument("--executor", choices=("local", "dask"), default="local",
+                   help="where cells run: this machine (default) or a Dask cluster (the extra aft-bench[dask]); "
+                        "not part of the config's identity: the same rows either way")
+    r.add_argument("--scheduler", type=_scheduler_flag, metavar="ADDRESS",
+                   help="with --executor dask: tcp://host:port of a running scheduler, or local[:N] to start N "
+                        "worker processes on 127.0.0.1 (default local: min(2, cores))")
     r.add_argument("--rerun-missing", action="store_true",
                    help="move finished runs whose trace or database is missing or fails verification back to "
                         "pending (their old rows are kept under quarantine/)")

@@ -23,7 +23,8 @@ Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 
 def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
-               rerun_missing: bool = False, max_cost: float | None = None, loops: int = 1) -> list[dict]:
+               rerun_missing: bool = False, max_cost: float | None = None, loops: int = 1,
+               scheduler: str | None = None) -> list[dict]:
     """Run every pending cell of `matrix` into `out`, resuming whatever is already recorded there.
 
     Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
@@ -31,7 +32,8 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
     (EvidenceError naming the runs) unless `rerun_missing`, which makes those runs pending again.
     Returns the rows of the whole matrix recorded so far, in matrix order. When the spend ceiling
     (`max_cost`, else the config's `max_cost_usd`; `max_tokens_total`) is reached no new tuple starts, the
-    ones in flight finish, results are written, and CeilingReached is raised.
+    ones in flight finish, results are written, and CeilingReached is raised. `scheduler` (`tcp://host:port` or
+    `local[:N]`) runs the cells on a Dask cluster instead of this machine's executors: the same rows either way.
     """
     lock_hash = freeze.check(matrix)
     current_inputs = freeze.inputs(matrix)
@@ -53,7 +55,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
                           matrix.experiment.max_tokens_total)
             forget_limits()  # adaptive endpoint limits start from their ceilings in each session
-            _drain(_outcomes(matrix, pending, out, workers, spend, loops), journal, out, extra, progress,
+            _drain(_outcomes(matrix, pending, out, workers, spend, loops, scheduler), journal, out, extra, progress,
                    len(pending), spend)
             limits = endpoint_limits()
             if limits:  # the AIMD limit of each endpoint over the session (this process's loop)
@@ -97,12 +99,19 @@ def _check_evidence(out: Path, journal: Journal, rundir: RunDirectory, rerun_mis
     return Journal(out / "journal.jsonl")
 
 
-def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend, loops: int = 1
-              ) -> Iterator[executors.Outcome]:
+def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend, loops: int = 1,
+              scheduler: str | None = None) -> Iterator[executors.Outcome]:
     """Cells of agents that wait on the network run concurrently on one event loop (up to each agent's
     `concurrency`), or on `loops` loops in as many processes; the others in worker processes, or in this
-    process."""
+    process. With a `scheduler`, every cell runs on that Dask cluster (each networked agent's `concurrency` its
+    limit in flight there)."""
     specs = {s: AgentSpec.parse(s) for s in {matrix.cells[i].agent_spec for i in pending}}
+    if scheduler is not None:
+        from aft_bench.experiment.distributed import dask_outcomes
+
+        limits = {s: int(spec.params.get("concurrency", 1)) for s, spec in specs.items() if spec.kind.concurrent}
+        yield from dask_outcomes(matrix, pending, out, scheduler, limits, spend.begin, spend.end)
+        return
     networked = [i for i in pending if specs[matrix.cells[i].agent_spec].kind.concurrent]
     local = [i for i in pending if not specs[matrix.cells[i].agent_spec].kind.concurrent]
     if networked:
