@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dask]'
 	@# supply chain: the compromised litellm releases (1.82.7, 1.82.8) shipped a litellm_init.pth that runs
 	@# at every interpreter start; pyproject excludes them, and the install fails if such a file is present
 	@if find $(VENV) -name 'litellm_init.pth' | grep -q .; then \
@@ -40,13 +40,19 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml
+## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml;
+## then the same for the llm agent replayed from configs/llm_replay_ci.cassette
 gate: $(STAMP)
 	$(BIN)/aft-bench calibrate
 	rm -rf results/ci
 	$(BIN)/aft-bench run configs/ci.toml --out results/ci
 	$(BIN)/aft-bench analyze results/ci > /dev/null
 	$(BIN)/aft-bench check results/ci --expect configs/ci_expect.toml
+	@# the LLM agent's mechanism effects, offline and without keys: every model call answered from a recorded cassette
+	rm -rf results/ci-llm
+	$(BIN)/aft-bench run configs/llm_replay_ci.toml --out results/ci-llm --replay configs/llm_replay_ci.cassette
+	$(BIN)/aft-bench analyze results/ci-llm > /dev/null
+	$(BIN)/aft-bench check results/ci-llm --expect configs/llm_replay_ci_expect.toml
 
 calibrate: $(STAMP)
 	$(BIN)/aft-bench calibrate

@@ -649,8 +649,13 @@ NOT_EVIDENCE_TEXT = {
     ("experiment/journal.py", 'open(path, "a"'): "journal and append_record: redacted in append / before writing",
     ("agents/fake_llm.py", 'open(path, "a"'): "the offline model's exchange log, redacted on the line below",
     ("cli/main.py", "open(folder / f\"warnings-"): "library warnings, redacted on the line below",
+    ("agents/cassette.py", "tmp.write_bytes(data)"): "the cassette: to_bytes passes it through redact_json",
+    ("experiment/landing.py", "path.write_bytes(data)"): "a worker's trace (redacted as it was written) or database",
+    ("experiment/shipping.py", "path.write_bytes(data)"): "inputs shipped to a worker: the project's data files",
+    ("experiment/shipping.py", "config.write_bytes(shipped.config)"): "the config shipped to a worker",
 }
-WRITER = re.compile(r"write_text\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\(|savefig\(")
+WRITER = re.compile(r"write_text\(|write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\("
+                    r"|savefig\(")
 
 
 def test_every_writer_of_evidence_passes_the_redaction_choke_point() -> None:

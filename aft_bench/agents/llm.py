@@ -11,6 +11,7 @@ the provider reported: tokens, latency, retries, and litellm's cost when it know
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import hashlib
 import json
@@ -199,6 +200,32 @@ def asked_wait(exc: BaseException, now: float | None = None) -> float | None:
     return max(resets) if resets else None
 
 
+EPISODE: contextvars.ContextVar[str] = contextvars.ContextVar("aft_bench_episode", default="-")  # its run id
+ROUTE_ENV = "AFT_BENCH_MODEL_ROUTE"  # JSON {api_base or "": URL}: where a run sends model calls (a cassette)
+
+
+def routed_base(api_base: str | None) -> str | None:
+    """The URL model calls go to: a recording proxy or a replaying cassette when the run routes this api_base
+    there (set by `run --record/--replay`, inherited by loop processes), else the embedded offline model for
+    `offline`, else `api_base` itself. Not part of the agent's spec: the same runs either way."""
+    table = os.environ.get(ROUTE_ENV)
+    if table:
+        routes = json.loads(table)
+        if (api_base or "") in routes:  # the episode in the path: a cassette keeps each episode's answers apart
+            return f"{routes[api_base or '']}/e/{EPISODE.get()}"
+    if api_base == OFFLINE:
+        from aft_bench.agents.fake_llm import offline_base
+
+        return offline_base()
+    return api_base
+
+
+def _provider_message(exc: BaseException) -> str:
+    """What a provider said with a non-transient error (a replay miss names its request), redacted and short."""
+    text = str(getattr(exc, "message", "") or "")
+    return f": {redact(' '.join(text.split()))[:400]}" if text else ""
+
+
 def preflight(params: Params) -> str | None:
     """Why this agent cannot run here, or None: an unset key variable, a model litellm cannot route."""
     if params.api_key_env is not None and not os.environ.get(params.api_key_env):
@@ -360,11 +387,7 @@ class LLMAgent:
         request = self._request()
         request_text = json.dumps(request, sort_keys=True).encode()
         request_hash = hashlib.sha256(request_text).hexdigest()
-        base = self.params.api_base
-        if base == OFFLINE:
-            from aft_bench.agents.fake_llm import offline_base
-
-            base = offline_base()
+        base = routed_base(self.params.api_base)
         attempt = 0
         waited = 0.0
         waits: list[dict[str, Any]] = []
@@ -396,8 +419,9 @@ class LLMAgent:
                 if gate is not None:  # the slot frees before any wait: a backoff holds no provider slot
                     gate.release(epoch, rate_limited=kind == "RateLimitError" or status == 429)
                 if kind not in TRANSIENT or attempt >= self.params.retries:
+                    said = _provider_message(exc) if kind not in TRANSIENT else ""
                     raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
-                                        f"on {self.params.model}") from None
+                                        f"on {self.params.model}{said}") from None
                 attempt += 1
                 asked = asked_wait(exc)  # the provider's Retry-After or reset header, if it sent one
                 delay = min(asked if asked is not None else

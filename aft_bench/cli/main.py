@@ -150,11 +150,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= args.loops <= 64:
         raise InputError("--loops", "--loops", args.loops, "must be between 1 and 64")
     from aft_bench.experiment.cluster import ClusterError
+    from aft_bench.experiment.recording import recorded_models
 
     try:
-        rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
-                          rerun_missing=args.rerun_missing, max_cost=args.max_cost, loops=args.loops,
-                          scheduler=scheduler)
+        with recorded_models(matrix, args.record and Path(args.record), args.replay and Path(args.replay)) as extra:
+            rows = run_matrix(matrix, out, progress_for(matrix.experiment.id), workers=workers,
+                              rerun_missing=args.rerun_missing, max_cost=args.max_cost, loops=args.loops,
+                              scheduler=scheduler, row_extra=extra)
     except ClusterError as exc:  # the cluster, not the input: what was recorded is intact and the folder resumes
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 1
@@ -167,10 +169,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if missing:
+        if args.replay:
+            _say_replay_miss(out)
         print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
               f"rerun the same command to resume", file=sys.stderr)
         return 1
     return 0
+
+
+def _say_replay_miss(out: Path) -> None:
+    """The first cassette miss of a replay, in one line: run, turn, request hash and the field that changed."""
+    from aft_bench.agents.cassette import MISS
+    from aft_bench.experiment.journal import read_records
+
+    for f in read_records(out / "failures.jsonl"):
+        text = str(f.get("message") or "")
+        if MISS in text:
+            print(f"aft-bench: replay miss in run {f.get('run_id')}: {text.split(MISS + ': ', 1)[-1]}",
+                  file=sys.stderr)
+            return
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -317,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--scheduler", type=_scheduler_flag, metavar="ADDRESS",
                    help="with --executor dask: tcp://host:port of a running scheduler, or local[:N] to start N "
                         "worker processes on 127.0.0.1 (default local: min(2, cores))")
+    r.add_argument("--record", metavar="CASSETTE", help="record every model call of the run's llm agents (request "
+                   "and answer, never a key) into this new cassette file")
+    r.add_argument("--replay", metavar="CASSETTE", help="answer every model call from this cassette, offline; a "
+                   "request it never recorded fails its tuple (exit 1), naming the field that changed")
     r.add_argument("--rerun-missing", action="store_true",
                    help="move finished runs whose trace or database is missing or fails verification back to "
                         "pending (their old rows are kept under quarantine/)")

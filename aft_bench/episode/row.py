@@ -98,12 +98,14 @@ _COLUMNS = (
     Column("retry_wait_s", "float?", "usage",
            "seconds waited before provider retries, as the provider asked (Retry-After) or by backoff (null in "
            "results made before it was recorded)"),
+    Column("cassette", "str?", "provenance",
+           "hash of the cassette whose recorded answers the model calls were replayed from (null: a live model)"),
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
 # Columns added after results existed: a journal row or table without one reads it as this value.
-LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None}
+LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None, "cassette": None}
 INT64 = (-(2**63), 2**63 - 1)  # what parquet (and pandas) can hold in an integer column
 
 
@@ -209,6 +211,7 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         **hashes,
         "client": None,
         "retry_wait_s": round(u.retry_wait_s, 6),
+        "cassette": None,
     }
 
 

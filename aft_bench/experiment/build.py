@@ -9,6 +9,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from aft_bench.agents.llm import EPISODE
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.registry import AgentSpec, build_agent
 from aft_bench.episode.episode import Setup, run_episode, run_sync
@@ -22,6 +23,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     """Run one cell and return its row. Its trace goes to `out/traces/`, a SQLite database to `out/db/`;
     with `out=None` no trace file is written and a database lives in a temporary folder removed afterwards."""
     t0 = time.perf_counter()
+    EPISODE.set(cell.run_id)  # an opaque tag for a cassette's route, never shown to the model
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = run_sync(setup, agent)
@@ -32,6 +34,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
 async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     """`run_cell` on the caller's event loop, for agents that wait on the network (many episodes at once)."""
     t0 = time.perf_counter()
+    EPISODE.set(cell.run_id)  # this episode's task only: each one runs in its own copy of the context
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = await run_episode(setup, agent)

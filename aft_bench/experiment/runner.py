@@ -24,7 +24,7 @@ Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
                rerun_missing: bool = False, max_cost: float | None = None, loops: int = 1,
-               scheduler: str | None = None) -> list[dict]:
+               scheduler: str | None = None, row_extra: dict[str, Any] | None = None) -> list[dict]:
     """Run every pending cell of `matrix` into `out`, resuming whatever is already recorded there.
 
     Rows are durable (fsync'd journal) before they count; results.parquet is compacted atomically at the
@@ -51,7 +51,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             rundir.quarantine([matrix.cells[i].run_id for i in pending], session)
             (out / "traces").mkdir(exist_ok=True)
             extra = {"config_hash": matrix.config_hash, "lock_hash": lock_hash,
-                     "code_version": manifest_data["code"]["version"], "session": session}
+                     "code_version": manifest_data["code"]["version"], "session": session, **(row_extra or {})}
             spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
                           matrix.experiment.max_tokens_total)
             forget_limits()  # adaptive endpoint limits start from their ceilings in each session
