@@ -123,3 +123,19 @@ def test_adaptive_concurrency_meets_the_provider_s_limit(tmp_path: Path, capsys)
                     if "pid" in r] == [1, 2]  # the limit record does not count as a session
     assert "adaptive limit of openai http://127.0.0.1:" in capsys.readouterr().out
     assert counts[False] > 0 and counts[True] * 3 <= counts[False], counts
+
+
+@pytest.mark.parametrize("tool_choice", [None, "required", "get_order"])
+def test_the_request_text_reuses_the_tools_text_and_equals_the_sorted_json(tool_choice: str | None) -> None:
+    """The request hash in the trace is of `json.dumps(request, sort_keys=True)`; the cached tools text must give
+    exactly those bytes, and a described tool (a new schema) must rebuild it."""
+    from aft_bench.agents.llm import LLMAgent, Params
+
+    agent = LLMAgent(Params(model="openai/m", api_base="offline", tool_choice=tool_choice))
+    agent._tools = {"b": {"name": "b", "parameters": {"z": 1, "a": [1, 2]}}, "a": {"name": "a"}}
+    agent._messages = [{"role": "user", "content": 'héllo "x" \\ ü'}]
+    request = agent._request()
+    assert agent._request_text(request, agent._tool_list()[1]) == json.dumps(request, sort_keys=True).encode()
+    before = agent._tool_list()[1]
+    agent._tools["a"] = {"name": "a", "description": "now described"}
+    assert agent._tool_list()[1] != before and "now described" in agent._tool_list()[1]

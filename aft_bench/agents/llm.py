@@ -273,6 +273,7 @@ class LLMAgent:
         self._records: list[dict[str, Any]] = []
         self._messages: list[dict[str, Any]] = []
         self._tools: dict[str, dict[str, Any]] = {}
+        self._tool_cache: tuple[tuple[Any, ...], list[dict[str, Any]], str, int] | None = None
         self._pending: str | None = None  # the tool_call id awaiting its result
         self._turns = 0
         self._brief: Brief | None = None
@@ -376,16 +377,33 @@ class LLMAgent:
         return scrub
 
     def _request(self) -> dict[str, Any]:
-        tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
-        return {"model": self.params.model, "messages": self._messages, "tools": tools,
+        return {"model": self.params.model, "messages": self._messages, "tools": self._tool_list()[0],
                 "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
                 **self.params.tool_choice_arg()}
+
+    def _tool_list(self) -> tuple[list[dict[str, Any]], str, int]:
+        """The tools the model is shown, their JSON text and its tokens: rebuilt only when the surface changes
+        (a describe, a restart), not on every call."""
+        key = tuple((n, id(s)) for n, s in self._tools.items())  # a schema replaced under its name counts too
+        if self._tool_cache is None or self._tool_cache[0] != key:
+            tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
+            text = json.dumps(tools, sort_keys=True)
+            self._tool_cache = (key, tools, text, count_tokens(text))
+        return self._tool_cache[1], self._tool_cache[2], self._tool_cache[3]
+
+    @staticmethod
+    def _request_text(request: dict[str, Any], tools_text: str) -> bytes:
+        """`json.dumps(request, sort_keys=True)`, with the tools' text reused: "tools" is the last key in sorted
+        order, so the request without it, opened up, takes the cached text as its last member."""
+        rest = json.dumps({k: v for k, v in request.items() if k != "tools"}, sort_keys=True)
+        return f'{rest[:-1]}, "tools": {tools_text}}}'.encode()
 
     async def _complete(self) -> dict[str, Any]:
         """One model decision, with the harness's retries; returns the reply message as a plain dict."""
         litellm = litellm_module()
         request = self._request()
-        request_text = json.dumps(request, sort_keys=True).encode()
+        _tools, tools_text, tool_tokens = self._tool_list()
+        request_text = self._request_text(request, tools_text)
         request_hash = hashlib.sha256(request_text).hexdigest()
         base = routed_base(self.params.api_base)
         attempt = 0
@@ -435,7 +453,6 @@ class LLMAgent:
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
         cost = float(cost) if isinstance(cost, (int, float)) else None
-        tool_tokens = count_tokens(json.dumps(request["tools"], sort_keys=True))  # tool text the model saw
         message = response.choices[0].message
         scrub = self._scrubber()  # a provider that echoes the Authorization header: the key stops here
         calls = [{"id": c.id, "type": "function",

@@ -51,23 +51,24 @@ class _Known:
     fingerprint: tuple[Any, ...] | None = None
     values: tuple[str, ...] = ()
 
+    raw_names: tuple[Any, ...] = ()
+
     @classmethod
     def current(cls) -> tuple[str, ...]:
         env = os.environ
-        fingerprint = (_names(env), *(env.get(n) for n in cls.names))
+        raw = getattr(env, "_data", None)  # os.environ's own dict: keys and values undecoded, cheap to compare
+        fingerprint = ((tuple(raw), *(raw.get(n) for n in cls.raw_names)) if raw is not None
+                       else (tuple(env), *(env.get(n) for n in cls.names)))
         if fingerprint != cls.fingerprint:
             cls.names = tuple(sorted(k for k in env if secret_name(k)))
+            cls.raw_names = tuple(env.encodekey(k) for k in cls.names) if raw is not None else ()  # type: ignore
             plain = {env[k] for k in cls.names if len(env[k]) >= MIN_VALUE}
             escaped = {json.dumps(v, ensure_ascii=False)[1:-1] for v in plain}  # as the value appears inside JSON
             # a longer secret first, so a shorter one inside it can't split it
             cls.values = tuple(sorted(plain | escaped, key=len, reverse=True))
-            cls.fingerprint = (_names(env), *(env.get(n) for n in cls.names))
+            cls.fingerprint = ((tuple(raw), *(raw.get(n) for n in cls.raw_names)) if raw is not None
+                               else (tuple(env), *(env.get(n) for n in cls.names)))
         return cls.values
-
-
-def _names(env: Any) -> tuple[Any, ...]:
-    """The environment's variable names in order; from os.environ's own dict when it has one (no decoding)."""
-    return tuple(getattr(env, "_data", env))
 
 
 def _secrets() -> tuple[str, ...]:

@@ -91,12 +91,18 @@ class RunDirectory:
 
     def quarantine(self, run_ids: list[str], session: int) -> None:
         """Move leftovers of unfinished attempts (partial traces, databases) aside, never deleting them."""
+        wanted = set(run_ids)
         for sub, suffix in (("traces", ".jsonl"), ("db", ".sqlite")):
-            for rid in run_ids:
-                for f in (self.out / sub).glob(f"{rid}{suffix}*"):
+            try:
+                names = os.listdir(self.out / sub)  # one listing, not a glob per run id
+            except FileNotFoundError:
+                continue
+            for name in sorted(names):
+                rid, dot, _rest = name.partition(".")
+                if rid in wanted and name.startswith(rid + suffix):
                     dest = self.out / "quarantine" / f"session-{session}" / sub
                     dest.mkdir(parents=True, exist_ok=True)
-                    os.replace(f, dest / f.name)
+                    os.replace(self.out / sub / name, dest / name)
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
