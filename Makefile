@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean
+.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,5 +105,23 @@ mutants: $(STAMP)
 	$(BIN)/mutmut run > /dev/null
 	$(BIN)/python benchmarks/mutation_score.py
 
+## docs: the documentation site: the reference regenerated from the code (a difference from the committed pages
+## fails under CI=true), then Sphinx with warnings as errors into docs/_build/html; docs-serve previews it
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	@if [ -n "$$CI" ]; then $(BIN)/python docs/gen_reference.py --check; else $(BIN)/python docs/gen_reference.py; fi
+	$(BIN)/python -m sphinx -b html -W --keep-going -n -q docs docs/_build/html
+	$(BIN)/python -m pytest -q tests/test_docs.py
+	@echo "docs: docs/_build/html/index.html"
+
+DOCS_PORT ?= 8000
+docs-serve: docs
+	@echo "serving http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops it)"
+	$(BIN)/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory docs/_build/html
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build
