@@ -730,3 +730,14 @@ def test_a_library_warning_goes_to_the_log_not_between_the_command_and_its_error
     assert len(err.strip().splitlines()) == 1 and "serializer" not in err
     logs = list((tmp_path / "aft-bench").glob("warnings-*.log"))
     assert logs and "Expected 9 fields" in logs[0].read_text()
+
+
+@pytest.mark.parametrize("key", ["sk-" + "a" * 20, "ghp_" + "a" * 22, "github_pat_" + "a" * 22, "xoxb-" + "1" * 12,
+                                 "AKIA" + "A" * 16, "AIza" + "a" * 35, "hf_" + "a" * 32,
+                                 "eyJ" + "a" * 12 + "." + "b" * 12 + "." + "c" * 12, "Bearer " + "a" * 20])
+def test_the_fast_prefilter_lets_every_key_shape_through_to_redaction(key: str) -> None:
+    """The hot path skips the key patterns when no key prefix occurs: every shape must still reach them."""
+    from aft_bench.common.secrets import KEY_PREFIXES, redact
+
+    assert KEY_PREFIXES.search(key) and redact(f'{{"a": "x {key} y"}}') == '{"a": "x [redacted] y"}'
+    assert not KEY_PREFIXES.search("the highest right-hand weight of a rough night")  # ordinary text skips

@@ -31,8 +31,9 @@ KEY_PATTERNS = re.compile("|".join((
     r"\b[Bb]earer\s+[A-Za-z0-9._\-]{16,}",
 )))
 REDACTED = "[redacted]"
-# Every KEY_PATTERNS alternative contains one of these: text holding none of them skips the regex (hot path).
-KEY_LITERALS = ("sk-", "gh", "xox", "AKIA", "ASIA", "AIza", "hf_", "eyJ", "earer")
+# Every KEY_PATTERNS alternative starts with one of these: text holding none of them skips the full patterns (the
+# hot path: every trace event passes here). One compiled alternation, so the check is a single C-level scan.
+KEY_PREFIXES = re.compile(r"sk-|gh[pousr]_|github_pat_|xox[abposr]-|AKIA|ASIA|AIza|hf_|eyJ|[Bb]earer\s")
 
 
 def secret_name(name: str) -> bool:
@@ -80,7 +81,7 @@ def redact(text: str) -> str:
     for value in _Known.current():
         if value in text:
             text = text.replace(value, REDACTED)
-    if any(lit in text for lit in KEY_LITERALS):
+    if KEY_PREFIXES.search(text):
         text = KEY_PATTERNS.sub(REDACTED, text)
     return text
 
