@@ -340,3 +340,35 @@ def test_the_spend_ceiling_holds_submissions_back_and_then_stops_them(played, tm
     driver.may_start = lambda: "stop"
     driver._fill(Pool())
     assert len(Client.submitted) == 1 and driver.stopped and len(driver.queue) == 2
+
+
+def test_agents_sharing_a_provider_endpoint_share_its_cap_across_the_cluster(played, tmp_path: Path) -> None:
+    """Two agents of one endpoint, each allowed 2 in flight: together never more than 2 (the larger), where per
+    agent they could be 4; an agent of another endpoint keeps its own slots."""
+    import json as _json
+
+    matrix, _got = played
+    spec = lambda model, base: _json.dumps({"name": "llm", "model": model, "api_base": base}, sort_keys=True)  # noqa: E731
+    a, b, c = spec("openai/m1", "http://127.0.0.1:1/v1"), spec("openai/m2", "http://127.0.0.1:1/v1"), \
+        spec("openai/m3", "http://127.0.0.1:2/v1")
+    cells = [type("Cell", (), {"agent_spec": s, "run_id": f"r{i}"})() for i, s in enumerate([a, b, a, b, c, c])]
+    fake = type("M", (), {"cells": cells})()
+
+    class Client:
+        submitted: list = []
+
+        def submit(self, *args, key: str, **kwargs):
+            self.submitted.append(key)
+            return key
+
+    class Pool:
+        def add(self, _future) -> None:
+            pass
+
+    driver = distributed.Driver(Client(), fake, list(range(6)), tmp_path, "t", {a: 2, b: 2, c: 2}, lambda: "start",
+                                print)
+    driver.window = 10
+    driver._fill(Pool())
+    started = [cells[i].agent_spec for i, _n in driver.inflight.values()]
+    assert started.count(a) + started.count(b) == 2 and started.count(c) == 2
+    assert distributed.endpoint_of(_json.dumps({"name": "deterministic"})) is None

@@ -20,6 +20,7 @@ from typing import Any
 
 from distributed import as_completed
 
+from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.secrets import redact
 from aft_bench.experiment import cluster, landing, shipping
 from aft_bench.experiment.config import Matrix
@@ -59,6 +60,15 @@ def ship(client: Any, matrix: Matrix) -> str:
     return shipped.token
 
 
+def endpoint_of(spec_json: str) -> tuple[str, str] | None:
+    """(provider, api_base) of an agent spec that calls a model provider, else None."""
+    params = AgentSpec.parse(spec_json).params
+    model = params.get("model")
+    if not isinstance(model, str) or "/" not in model:
+        return None
+    return model.split("/", 1)[0], str(params.get("api_base") or "")
+
+
 class Driver:
     """Submission, limits, retries and the dedupe of one session's cells on one cluster."""
 
@@ -71,6 +81,13 @@ class Driver:
         self.attempts: Counter[int] = Counter()
         self.inflight: dict[Any, tuple[int, int]] = {}  # future -> (cell index, attempt number)
         self.running: Counter[str] = Counter()  # agent spec -> attempts in flight
+        # agents that share a provider endpoint (provider and api_base) share its cap, the largest of their
+        # `concurrency`, across every worker: a cluster does not multiply what one endpoint is asked to take
+        self.endpoint = {spec: ep for spec in limits if (ep := endpoint_of(spec)) is not None}
+        self.endpoint_cap: dict[tuple[str, str], int] = {}
+        for spec, ep in self.endpoint.items():
+            self.endpoint_cap[ep] = max(self.endpoint_cap.get(ep, 0), limits[spec])
+        self.running_endpoint: Counter[Any] = Counter()
         self.done: set[str] = set()
         self.duplicates = 0
         self.stopped = False  # the spend ceiling: no new submission
@@ -100,7 +117,7 @@ class Driver:
             while self.inflight:
                 future = next(pool)
                 index, n = self.inflight.pop(future)
-                self.running[self.matrix.cells[index].agent_spec] -= 1
+                self._freed(self.matrix.cells[index].agent_spec)
                 yield from self.settle(future, index, n)
                 yield from self._late()
                 self._refresh()
@@ -138,15 +155,24 @@ class Driver:
                                         key=key, pure=False, retries=0)
             self.inflight[future] = (index, n)
             self.running[cell.agent_spec] += 1
+            self.running_endpoint[self.endpoint.get(cell.agent_spec)] += 1
             pool.add(future)
 
     def _next(self) -> int | None:
-        """The first queued cell whose agent has a free slot."""
+        """The first queued cell whose agent, and whose agent's provider endpoint, has a free slot."""
         for index in self.queue:
             spec = self.matrix.cells[index].agent_spec
-            if spec not in self.limits or self.running[spec] < self.limits[spec]:
-                return index
+            if spec in self.limits and self.running[spec] >= self.limits[spec]:
+                continue
+            ep = self.endpoint.get(spec)
+            if ep is not None and self.running_endpoint[ep] >= self.endpoint_cap[ep]:
+                continue
+            return index
         return None
+
+    def _freed(self, spec: str) -> None:
+        self.running[spec] -= 1
+        self.running_endpoint[self.endpoint.get(spec)] -= 1
 
     # -- one finished task -------------------------------------------------------------------------------------
     def settle(self, future: Any, index: int, n: int) -> Iterator[Outcome]:
