@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from aft_bench.common.net import listen  # noqa: E402
 from aft_bench.viewer.model import Viewer  # noqa: E402
-from aft_bench.viewer.server import build_app, listen  # noqa: E402
+from aft_bench.viewer.server import build_app  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 

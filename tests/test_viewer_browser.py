@@ -17,9 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from aft_bench.common.net import listen
 from aft_bench.viewer.bundle import write_bundle
 from aft_bench.viewer.model import Viewer
-from aft_bench.viewer.server import STATIC, build_app, listen
+from aft_bench.viewer.server import STATIC, build_app
 
 CHROMIUM = os.environ.get("AFT_BENCH_CHROMIUM", "/usr/bin/chromium")
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e .[test])")

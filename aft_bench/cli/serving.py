@@ -18,6 +18,7 @@ from typing import Any
 
 from aft_bench.cli.flags import PORT, SEED, number
 from aft_bench.common.errors import InputError
+from aft_bench.common.net import listen
 from aft_bench.common.redacted_log import RedactedLog
 from aft_bench.common.secrets import redact
 
@@ -52,7 +53,7 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
         print(json.dumps(client_config(args, worlds), indent=2))
         return 0
     served = Served(target, worlds, None, _agent_options(args))  # every flag checked before anything is created
-    sock = _listen(args.host, args.port) if args.transport == "http" else None  # and the port is ours
+    sock = listen(args.host, args.port) if args.transport == "http" else None  # and the port is ours
     warm()  # the tokenizer (litellm, ~2 s to import) before the client's first request, not during it
 
     async def serve() -> None:
@@ -93,23 +94,6 @@ async def _serve_stdio(served: Any, server: Any) -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         tg.cancel_scope.cancel()
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The HTTP server's socket, bound before anything is written: a port in use is exit 1 and leaves nothing."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise InputError("--host", "--host", host, "not a host name or address this machine can listen on") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}", f"--port {port}") from None
-    return sock
 
 
 async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any) -> None:

@@ -28,7 +28,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         counts = write_bundle(Viewer(directory), out)
         print(f"bundle: {out / 'index.html'} ({counts['runs']} runs, {counts['pairs']} pairs); opens from disk")
         return 0
-    from aft_bench.viewer.server import listen, serve
+    from aft_bench.common.net import listen
+    from aft_bench.viewer.server import serve
 
     viewer = Viewer(directory)  # a bad directory is refused before the port is taken
     sock = listen(args.host, args.port)

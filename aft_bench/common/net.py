@@ -1,11 +1,13 @@
-"""Loopback plumbing for the servers aft-bench starts (MCP over HTTP, model servers): a free port on
-127.0.0.1, and waiting until a server listens there."""
+"""Loopback plumbing for the servers aft-bench starts (MCP over HTTP, model servers, the viewer): a free port on
+127.0.0.1, a socket bound before anything is written, and waiting until a server listens there."""
 
 from __future__ import annotations
 
 import socket
 import time
 from collections.abc import Callable
+
+from aft_bench.common.errors import InputError
 
 LOOPBACK = "127.0.0.1"
 
@@ -28,3 +30,21 @@ def wait_for_port(port: int, timeout_s: float, alive: Callable[[], bool] = lambd
         except OSError:
             time.sleep(0.05)
     return False
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket, bound before anything is written or served: an unknown host is an InputError naming
+    `--host` (exit 2), a port in use an OSError naming `--port` (exit 1)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise InputError("--host", "--host", host, "not a host name or address this machine can listen on") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}", f"--port {port}") from None
+    return sock

@@ -62,23 +62,6 @@ def build_app(viewer: Viewer, static: Path = STATIC) -> Starlette:
     return Starlette(routes=routes)
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The bound socket, before anything is served: a port in use is an OSError naming `--port` (exit 1)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise InputError("--host", "--host", host, "not a host name or address this machine can listen on") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}", f"--port {port}") from None
-    return sock
-
-
 def serve(viewer: Viewer, sock: socket.socket, static: Path = STATIC) -> None:
     """Serve until Ctrl-C (uvicorn handles the signal and returns)."""
     import uvicorn
