@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dask]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dask,docs]'
 	@# supply chain: the compromised litellm releases (1.82.7, 1.82.8) shipped a litellm_init.pth that runs
 	@# at every interpreter start; pyproject excludes them, and the install fails if such a file is present
 	@if find $(VENV) -name 'litellm_init.pth' | grep -q .; then \
