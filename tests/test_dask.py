@@ -316,30 +316,35 @@ def test_a_cell_played_on_a_worker_whose_inputs_differ_is_refused(played) -> Non
 
 
 
+class _Client:
+    """A cluster client that only records what was submitted."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, *args, key: str, **kwargs) -> str:
+        self.submitted.append(key)
+        return key
+
+
+class _Pool:
+    def add(self, _future) -> None:
+        pass
+
+
 def test_the_spend_ceiling_holds_submissions_back_and_then_stops_them(played, tmp_path: Path) -> None:
     """The driver obeys the ledger's three answers: start submits, wait holds back (room may free when an attempt
     in flight finishes), stop ends submission for the session."""
     matrix, _got = played
 
-    class Client:
-        submitted: list = []
-
-        def submit(self, *args, key: str, **kwargs):
-            self.submitted.append(key)
-            return key
-
-    class Pool:
-        def add(self, _future) -> None:
-            pass
-
     answers = iter(["start", "wait"])
-    driver = distributed.Driver(Client(), matrix, [0, 1, 2], tmp_path, "t", {}, lambda: next(answers), print)
+    driver = distributed.Driver(client := _Client(), matrix, [0, 1, 2], tmp_path, "t", {}, lambda: next(answers), print)
     driver.window = 10
-    driver._fill(Pool())
-    assert len(Client.submitted) == 1 and not driver.stopped and len(driver.queue) == 2  # held back, not dropped
+    driver._fill(_Pool())
+    assert len(client.submitted) == 1 and not driver.stopped and len(driver.queue) == 2  # held back, not dropped
     driver.may_start = lambda: "stop"
-    driver._fill(Pool())
-    assert len(Client.submitted) == 1 and driver.stopped and len(driver.queue) == 2
+    driver._fill(_Pool())
+    assert len(client.submitted) == 1 and driver.stopped and len(driver.queue) == 2
 
 
 def test_agents_sharing_a_provider_endpoint_share_its_cap_across_the_cluster(played, tmp_path: Path) -> None:
@@ -354,21 +359,10 @@ def test_agents_sharing_a_provider_endpoint_share_its_cap_across_the_cluster(pla
     cells = [type("Cell", (), {"agent_spec": s, "run_id": f"r{i}"})() for i, s in enumerate([a, b, a, b, c, c])]
     fake = type("M", (), {"cells": cells})()
 
-    class Client:
-        submitted: list = []
-
-        def submit(self, *args, key: str, **kwargs):
-            self.submitted.append(key)
-            return key
-
-    class Pool:
-        def add(self, _future) -> None:
-            pass
-
-    driver = distributed.Driver(Client(), fake, list(range(6)), tmp_path, "t", {a: 2, b: 2, c: 2}, lambda: "start",
+    driver = distributed.Driver(_Client(), fake, list(range(6)), tmp_path, "t", {a: 2, b: 2, c: 2}, lambda: "start",
                                 print)
     driver.window = 10
-    driver._fill(Pool())
+    driver._fill(_Pool())
     started = [cells[i].agent_spec for i, _n in driver.inflight.values()]
     assert started.count(a) + started.count(b) == 2 and started.count(c) == 2
     assert distributed.endpoint_of(_json.dumps({"name": "deterministic"})) is None

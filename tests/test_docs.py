@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
-
-from aft_bench.cli.main import main
+from doc_commands import DocRunner
 
 from conftest import ROOT
 
@@ -167,26 +164,9 @@ def test_the_nested_pages_have_runnable_commands_and_the_top_pages_no_indented_o
 def test_every_command_line_of_the_tutorials_and_guides_runs(smoke_results: Path, tmp_path: Path, capsys) -> None:
     """As test_evidence runs the README's: results/pd is the smoke results, other results/NAME a fresh folder per
     name, a freeze, the paper matrix and a waiting server run as --help; a gate verdict may be 0 or 1."""
-    d = tmp_path / "pd"
-    shutil.copytree(smoke_results, d, ignore=shutil.ignore_patterns(".runner.lock"))
-    trace = sorted((d / "traces").glob("*.jsonl"))[0]
-    head = pd.read_parquet(d / "results.parquet").set_index("run_id").loc[trace.stem, "trace_head"]
+    runner = DocRunner(smoke_results, tmp_path)
     for page, line in _sh_lines(NESTED):
-        line = re.sub(r"\s*\[[^\]]*\]", "", line)
-        line = line.replace("results/pd/traces/<run_id>.jsonl", str(trace)).replace("<trace_head>", head)
-        line = line.replace("results/pd", str(d))
-        line = re.sub(r"(?<![\w/])results/(\w+)", lambda m: str(tmp_path / m.group(1)), line)
-        argv = shlex.split(line)[1:]
-        argv = [str(p) for a in argv for p in (sorted(ROOT.glob(a)) if "*" in a else [a])]
-        argv = [str(ROOT / a) if (ROOT / a).exists() and not Path(a).is_absolute() else a for a in argv]
-        if argv[0] in ("freeze",) or "paper_deterministic.toml" in line and argv[0] == "run" or \
-                argv[0] == "serve" and "--show-task" not in argv:
-            argv = [argv[0], "--help"]
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # --help
-            code = int(exc.code or 0)
-        captured = capsys.readouterr()
+        argv, code, captured = runner.run(line, capsys)
         if argv[0] == "check":
             assert code in (0, 1) and "bound" in captured.err + captured.out, (page, line, captured.err)
         else:

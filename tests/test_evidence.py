@@ -7,12 +7,12 @@ import fcntl
 import importlib
 import json
 import re
-import shlex
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from doc_commands import DocRunner
 
 from aft_bench.cli.main import main
 from aft_bench.common.secrets import redact
@@ -209,27 +209,11 @@ def test_every_command_line_of_the_readme_runs(smoke_results: Path, tmp_path: Pa
     """Each `aft-bench ...` line of the README, on the shipped files: run as written (results/pd is the smoke
     results, optional [..] parts dropped); the full paper matrix, the freeze of the committed lock and a server
     waiting for its client run as --help (test_serve.py drives real servers)."""
-    d = _copy(smoke_results, tmp_path / "pd")
-    trace = sorted((d / "traces").glob("*.jsonl"))[0]
-    head = pd.read_parquet(d / "results.parquet").set_index("run_id").loc[trace.stem, "trace_head"]
+    runner = DocRunner(smoke_results, tmp_path)
     commands = _readme_commands()
     assert len(commands) >= 12 and {c.split()[1] for c in commands} >= {"run", "validate", "audit", "check"}
     for line in commands:
-        line = re.sub(r"\s*\[[^\]]*\]", "", line)
-        line = line.replace("results/pd/traces/<run_id>.jsonl", str(trace)).replace("<trace_head>", head)
-        line = line.replace("results/pd", str(d))
-        line = re.sub(r"(?<![\w/])results/(\w+)", lambda m: str(tmp_path / m.group(1)), line)
-        argv = shlex.split(line)[1:]
-        argv = [str(p) for a in argv for p in (sorted(ROOT.glob(a)) if "*" in a else [a])]
-        argv = [str(ROOT / a) if (ROOT / a).exists() and not Path(a).is_absolute() else a for a in argv]
-        if argv[0] in ("freeze",) or "paper_deterministic.toml" in line and argv[0] == "run" or \
-                argv[0] == "serve" and "--show-task" not in argv:  # a server waits for its client: --help
-            argv = [argv[0], "--help"]
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # --help
-            code = int(exc.code or 0)
-        captured = capsys.readouterr()
+        argv, code, captured = runner.run(line, capsys)
         if argv[0] == "check":  # a gate verdict, not an error: the smoke matrix is not the CI matrix
             assert code in (0, 1) and "bound" in captured.err + captured.out, (line, captured.err)
         else:
