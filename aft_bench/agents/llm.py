@@ -273,7 +273,7 @@ class LLMAgent:
         self._records: list[dict[str, Any]] = []
         self._messages: list[dict[str, Any]] = []
         self._tools: dict[str, dict[str, Any]] = {}
-        self._tool_cache: tuple[tuple[Any, ...], list[dict[str, Any]], str, int] | None = None
+        self._tool_cache: tuple[tuple[Any, ...], list[dict[str, Any]], str] | None = None
         self._pending: str | None = None  # the tool_call id awaiting its result
         self._turns = 0
         self._brief: Brief | None = None
@@ -381,15 +381,14 @@ class LLMAgent:
                 "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
                 **self.params.tool_choice_arg()}
 
-    def _tool_list(self) -> tuple[list[dict[str, Any]], str, int]:
-        """The tools the model is shown, their JSON text and its tokens: rebuilt only when the surface changes
-        (a describe, a restart), not on every call."""
+    def _tool_list(self) -> tuple[list[dict[str, Any]], str]:
+        """The tools the model is shown and their JSON text: rebuilt only when the surface changes (a describe, a
+        restart), not on every call."""
         key = tuple((n, id(s)) for n, s in self._tools.items())  # a schema replaced under its name counts too
         if self._tool_cache is None or self._tool_cache[0] != key:
             tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
-            text = json.dumps(tools, sort_keys=True)
-            self._tool_cache = (key, tools, text, count_tokens(text))
-        return self._tool_cache[1], self._tool_cache[2], self._tool_cache[3]
+            self._tool_cache = (key, tools, json.dumps(tools, sort_keys=True))
+        return self._tool_cache[1], self._tool_cache[2]
 
     @staticmethod
     def _request_text(request: dict[str, Any], tools_text: str) -> bytes:
@@ -402,7 +401,7 @@ class LLMAgent:
         """One model decision, with the harness's retries; returns the reply message as a plain dict."""
         litellm = litellm_module()
         request = self._request()
-        _tools, tools_text, tool_tokens = self._tool_list()
+        tools_text = self._tool_list()[1]
         request_text = self._request_text(request, tools_text)
         request_hash = hashlib.sha256(request_text).hexdigest()
         base = routed_base(self.params.api_base)
@@ -465,6 +464,7 @@ class LLMAgent:
                                           retry_wait_s=sum(w["seconds"] for w in waits))
         self._records.append({"model": self.params.model, "request_hash": request_hash, "prompt_tokens": prompt,
                               "completion_tokens": completion, "latency_s": round(waited, 6), "cost_usd": cost,
-                              "retries": attempt, "tool_context_tokens": tool_tokens, "turn": self._turns,
+                              "retries": attempt, "tool_context_tokens": count_tokens(tools_text),  # cached per text
+                              "turn": self._turns,
                               **({"waits": waits} if waits else {})})
         return reply

@@ -30,15 +30,13 @@ class UnrecordableRow(ValueError):
 
 
 def encode(row: dict[str, Any]) -> str:
-    body = canonical_json(row)
-    return canonical_json({"row": json.loads(body), "sha256": hashlib.sha256(body.encode()).hexdigest()}) + "\n"
+    return _line(canonical_json(row))
 
 
-def redacted(row: dict[str, Any]) -> dict[str, Any]:
-    """The row as it may be recorded: no credential in any value (the same object when there is none)."""
-    body = canonical_json(row)
-    clean = redact_json(body)
-    return row if clean is body else json.loads(clean)
+def _line(body: str) -> str:
+    """The journal line of a row's canonical JSON: canonical_json({"row", "sha256"}) built from the body as is
+    ("row" sorts before "sha256"), without encoding the row a second time."""
+    return f'{{"row":{body},"sha256":"{hashlib.sha256(body.encode()).hexdigest()}"}}\n'
 
 
 def _parse(text: str) -> dict[str, Any] | None:
@@ -111,13 +109,15 @@ class Journal:
             raise UnrecordableRow("; ".join(found))
         if row["run_id"] in self._ids:
             raise UnrecordableRow(f"run {row['run_id']} is recorded already")
-        clean = redacted(row)
-        if clean is not row:
-            keys = [k for k in KEY_COLUMNS if clean.get(k) != row.get(k)]
+        body = canonical_json(row)
+        clean = redact_json(body)  # the row as it may be recorded: no credential in any value
+        if clean is not body:
+            redacted = json.loads(clean)
+            keys = [k for k in KEY_COLUMNS if redacted.get(k) != row.get(k)]
             if keys:  # redacting a key column would break the run id: refuse rather than record either form
                 raise UnrecordableRow(f"key column {keys[0]} carries a credential")
-            row = clean
-        line = encode(row)
+            row, body = redacted, clean
+        line = _line(body)
         if crashpoints.armed("mid_row"):
             self._fh.write(line[: len(line) // 2])
             self._fh.flush()
