@@ -1,21 +1,94 @@
-"""Canonical JSON and hashing: one byte representation per value, so hashes are stable across runs."""
+"""Canonical JSON and hashing: one byte representation per value, so hashes are stable across runs.
+
+The bytes are those of the standard library's encoder (sorted keys, no whitespace, no NaN). orjson produces the
+same bytes ten times faster for almost every value; where it may not (NaN, which it writes as `null`; floats in
+[1e-9, 1e-4), which it spells `1e-7` and `0.00001` where Python spells `1e-07` and `1e-05`; anything it refuses:
+big integers, non-string keys, subclasses, lone surrogates), the standard encoder decides. So the canonical bytes,
+and every hash and trace written before, do not depend on whether or which orjson is installed.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import re
+from typing import Any, Callable
 
 # One encoder for every call: `json.dumps` with non-default options builds a new encoder each time, and this
 # is on the hot path (every trace event, every durable checkpoint).
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_reference: Callable[[Any], str] = _ENCODER.encode
+
+# orjson output that the reference encoder might spell otherwise: `null` (it may stand for a NaN), a float with a
+# one-digit negative exponent (`1e-7`), a float written as `0.0000...`. A match in a string only costs speed.
+# Substring tests first (a regex scan of every event costs more than the encoding it guards).
+_SHORT_EXPONENT = re.compile(rb"\de-[1-9](?!\d)")
+
+try:
+    import orjson
+
+    _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS \
+        | orjson.OPT_PASSTHROUGH_DATETIME
+    _dumps: Callable[..., bytes] | None = orjson.dumps
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - orjson is a dependency; without it, the reference encoder alone
+    _dumps = None
+    _loads = json.loads
+
+
+def _fast(value: Any) -> bytes | None:
+    """orjson's bytes of `value` when they are certainly the reference encoder's, else None."""
+    try:
+        out = _dumps(value, option=_OPTIONS)  # type: ignore[misc]
+    except TypeError:  # orjson.JSONEncodeError: something the reference encoder handles or refuses itself
+        return None
+    if b"null" in out or b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
+        return None
+    return out
+
+
+# The cases above and their neighbours, probed once at import: an orjson whose fast bytes differ from the
+# reference's for any of them is not used at all (tests/test_canonical.py probes far more values).
+PROBE: tuple[Any, ...] = (
+    1e-4, 1e-10, 9.99e-5, 1e-5, 1e-9, 5e-324, 1e15, 1e16, 1.5e16, 1e22, -0.0, 0.1, 100.0, 1.7976931348623157e308,
+    float("nan"), float("inf"), 2 ** 63, 2 ** 64, -(2 ** 63), {1: 2}, [True, False, None],
+    "x\u2028\x7f\x00\x1f\"\\/€😀", {chr(c): c for c in (0x41, 0x61, 0x7f, 0xe9, 0x20ac, 0xffff, 0x1f600)},
+)
+
+
+def agrees(value: Any) -> bool:
+    """Does the fast path give `value` the reference encoder's bytes (or leave it to the reference)?"""
+    out = _fast(value) if _dumps is not None else None
+    return out is None or out == _reference(value).encode("utf-8")
+
+
+if _dumps is not None and not all(agrees(v) for v in PROBE):  # pragma: no cover - an orjson that spells otherwise
+    _dumps = None
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical JSON of `value` as UTF-8 bytes (what hashes are taken of)."""
+    out = _fast(value) if _dumps is not None else None
+    return out if out is not None else _reference(value).encode("utf-8")
 
 
 def canonical_json(value: Any) -> str:
     """Serialize with sorted keys, no whitespace and no NaN, so equal values give equal bytes."""
-    return _ENCODER.encode(value)
+    out = _fast(value) if _dumps is not None else None
+    return out.decode("utf-8") if out is not None else _reference(value)
 
 
 def digest(value: Any) -> str:
     """SHA-256 hex digest of the canonical JSON of `value`."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+def canonical_pair(value: Any) -> tuple[str, Any]:
+    """The canonical JSON of `value` and a detached copy parsed from exactly that text (JSON-exact: tuples become
+    lists, keys sorted). orjson parses what orjson wrote; anything else goes through the standard parser, which
+    keeps integers beyond 64 bits exact where orjson would turn them into floats."""
+    out = _fast(value) if _dumps is not None else None
+    if out is not None:
+        return out.decode("utf-8"), _loads(out)
+    text = _reference(value)
+    return text, json.loads(text)

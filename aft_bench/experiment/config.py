@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -92,10 +92,14 @@ class Cell:
 
     @cached_property
     def run_id(self) -> str:
-        return digest(asdict(self))[:16]
+        return digest(self.key())[:16]
 
     def key(self) -> dict[str, Any]:
-        return asdict(self)
+        """The tuple as a dict, in field order (what `asdict` gives: every field is a str, int or None)."""
+        return {name: getattr(self, name) for name in _CELL_FIELDS}
+
+
+_CELL_FIELDS = tuple(f.name for f in fields(Cell))
 
 
 @dataclass(frozen=True)

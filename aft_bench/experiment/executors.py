@@ -52,7 +52,8 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
     reserves for it), and `spent(row)` (None for a failure) is told each outcome before its slot frees. Outcomes
     arrive as episodes finish; the runner stays the single writer."""
     outcomes: queue.Queue[Outcome | None] = queue.Queue()
-    tokens.warm()  # litellm and the tokenizer load here, once, not on the loop while 32 episodes wait for them
+    tokens.warm()  # the tokenizer and litellm load here, once, not on the loop while 32 episodes wait for them
+    tokens.litellm_module()
 
     async def one(i: int, gate: asyncio.Semaphore) -> None:
         cell = matrix.cells[i]

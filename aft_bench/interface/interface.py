@@ -26,17 +26,19 @@ KEY_PARAM = "idempotency_key"
 VERSION_PARAM = "expected_version"
 
 
-# Per (world, mechanisms) caches, bounded: the business tools, surface token count and search cards are pure
-# functions of these, and a matrix builds thousands of interfaces over the same few worlds.
-_BUSINESS: BoundedCache[tuple[str, Mechanisms], dict[str, ToolSpec]] = BoundedCache(512)
-_SURFACE_TOKENS: BoundedCache[tuple[str, Mechanisms], tuple[int, int]] = BoundedCache(512)  # (tokens, bytes)
+# Caches, bounded, keyed on exactly what each value is a pure function of (a matrix builds thousands of interfaces
+# over the same few worlds): the business tools and search cards on the world and the two mechanisms that change a
+# business schema (`keys`, `guards`); the surface's token count on those plus the lifecycle tools shown.
+BusinessKey = tuple[str, bool, bool]
+_BUSINESS: BoundedCache[BusinessKey, dict[str, ToolSpec]] = BoundedCache(512)
+_SURFACE_TOKENS: BoundedCache[tuple[Any, ...], tuple[int, int]] = BoundedCache(512)  # (tokens, bytes)
 
 
 def _measure(schemas: list[dict[str, Any]]) -> tuple[int, int]:
     """Tokens and UTF-8 bytes of the schemas an agent is shown (one serialization for both)."""
     text = canonical_json(schemas)
     return count_tokens(text), len(text.encode("utf-8"))
-_CARDS: BoundedCache[tuple[str, Mechanisms], tuple[tuple[str, ...], tuple[str, ...]]] = BoundedCache(512)
+_CARDS: BoundedCache[BusinessKey, tuple[tuple[str, ...], tuple[str, ...]]] = BoundedCache(512)
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -62,7 +64,7 @@ class Interface:
 
     def __post_init__(self) -> None:
         world = self.pipeline.backend.world
-        key = (world.hash, self.mechanisms)
+        key = (world.hash, self.mechanisms.keys, self.mechanisms.guards)
         self.business = _BUSINESS.get(key, lambda: {n: self._business_tool(n) for n in sorted(world.operations)})
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
         self._key = key
@@ -130,7 +132,8 @@ class Interface:
         eager = self.mechanisms.discovery == "eager"
         if eager:
             shown = list(self.business.values()) + shown
-        tokens, self.shown_bytes = _SURFACE_TOKENS.get(self._key, lambda: _measure([t.schema() for t in shown]))
+        surface_key = (*self._key, eager, tuple(self.lifecycle), self.search_k)  # lifecycle schemas: names, k
+        tokens, self.shown_bytes = _SURFACE_TOKENS.get(surface_key, lambda: _measure([t.schema() for t in shown]))
         self.pipeline.trace.append("surface", tools=[t.name for t in shown], full=True,
                                    business=[t.name for t in shown if t.role == "business"], tokens=tokens)
         self._reset_loaded()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -59,7 +59,11 @@ class Mechanisms:
         return self.effects == "guarded"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as a fresh dict in field order (`asdict`'s result; every field is a str or bool)."""
+        return {name: getattr(self, name) for name in _FIELDS}
+
+
+_FIELDS = tuple(f.name for f in fields(Mechanisms))
 
 
 class Variant(BaseModel):

@@ -31,15 +31,37 @@ def tokenize(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("_", " "))
 
 
+MEMO_QUERIES = 4096  # orders remembered per index: a matrix asks the same few queries of a corpus many times
+
+
+@dataclass
+class _Index:
+    """A corpus's BM25 index and the document orders of the queries asked of it so far (scores are pure)."""
+
+    bm25: BM25Okapi
+    orders: dict[str, list[int]]
+
+
 @lru_cache(maxsize=64)
-def _index(docs: tuple[str, ...]) -> BM25Okapi:
-    return BM25Okapi([tokenize(d) for d in docs])
+def _index(docs: tuple[str, ...]) -> _Index:
+    return _Index(BM25Okapi([tokenize(d) for d in docs]), {})
+
+
+def _order(docs: tuple[str, ...], query: str) -> list[int]:
+    """Document indices by descending BM25 score against `query`; ties keep catalog order."""
+    index = _index(docs)
+    order = index.orders.get(query)
+    if order is None:
+        scores = index.bm25.get_scores(tokenize(query))
+        order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
+        if len(index.orders) < MEMO_QUERIES:
+            index.orders[query] = order
+    return order
 
 
 def rank(query: str, names: tuple[str, ...], docs: tuple[str, ...], k: int | None = None) -> list[str]:
     """Names ordered by BM25 score of their doc against `query`; ties keep catalog order."""
-    scores = _index(docs).get_scores(tokenize(query))
-    order = sorted(range(len(names)), key=lambda i: (-scores[i], i))
+    order = _order(docs, query)
     return [names[i] for i in (order if k is None else order[:k])]
 
 
@@ -131,7 +153,7 @@ def read_request(text: str, resources: Sequence[str], lex: Lexicon) -> Reading:
 
 
 def _bm25_scores(query: str, cands: Sequence[Candidate]) -> list[float]:
-    return list(_index(tuple(c.card for c in cands)).get_scores(tokenize(query)))
+    return list(_index(tuple(c.card for c in cands)).bm25.get_scores(tokenize(query)))
 
 
 def bm25(query: str, cands: Sequence[Candidate]) -> list[float]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from aft_bench.common.canonical import canonical_json
+from aft_bench.common.canonical import canonical_json, canonical_pair
 from aft_bench.common.errors import InputError, TraceIntegrityError
 from aft_bench.common.files import read_text
 from aft_bench.common.secrets import redact_json
@@ -72,9 +72,8 @@ class Trace:
         return bool(self._events) and self._events[-1].kind == SEAL
 
     def append(self, kind: str, /, **data: Any) -> Event:
-        data_json = canonical_json(data)
         # Data is stored as parsed from its canonical JSON: detached from the caller's objects, JSON-exact.
-        return self.append_canonical(kind, data_json, json.loads(data_json))
+        return self.append_canonical(kind, *canonical_pair(data))
 
     def append_canonical(self, kind: str, data_json: str, data: dict[str, Any]) -> Event:
         """Append an event whose data the caller already holds as canonical JSON (`data_json`) and as the
