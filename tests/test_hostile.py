@@ -741,3 +741,19 @@ def test_the_fast_prefilter_lets_every_key_shape_through_to_redaction(key: str) 
 
     assert KEY_PREFIXES.search(key) and redact(f'{{"a": "x {key} y"}}') == '{"a": "x [redacted] y"}'
     assert not KEY_PREFIXES.search("the highest right-hand weight of a rough night")  # ordinary text skips
+
+
+def test_a_long_text_found_clean_is_checked_again_when_the_secrets_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict cache for long texts (a large surface event repeated across traces) is keyed on the secrets:
+    a value that becomes secret later is redacted from the same text, and a key inside a long text always is."""
+    from aft_bench.common.secrets import LONG_TEXT, REDACTED, redact
+
+    token = "tok" + "9" * 30
+    text = '{"tools":["' + "a" * LONG_TEXT + '","' + token + '"]}'
+    assert redact(text) is text and redact(text) is text  # clean, then answered from the cache
+    monkeypatch.setenv("VENDOR_API_TOKEN", token)
+    assert redact(text) == text.replace(token, REDACTED)  # the environment changed: scanned again
+    monkeypatch.delenv("VENDOR_API_TOKEN")
+    assert redact(text) is text
+    keyed = text.replace(token, "sk-" + "b" * 24)
+    assert REDACTED in redact(keyed) and REDACTED in redact(keyed)  # a dirty long text is never cached as clean

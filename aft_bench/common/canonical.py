@@ -19,9 +19,10 @@ from typing import Any, Callable
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _reference: Callable[[Any], str] = _ENCODER.encode
 
-# orjson output that the reference encoder might spell otherwise: `null` (it may stand for a NaN), a float with a
-# one-digit negative exponent (`1e-7`), a float written as `0.0000...`. A match in a string only costs speed.
-# Substring tests first (a regex scan of every event costs more than the encoding it guards).
+# orjson output that the reference encoder might spell otherwise: a float with a one-digit negative exponent (`1e-7`)
+# or written as `0.0000...` (a match inside a string only costs speed), and `null`, which may stand for a NaN or an
+# infinity (the reference refuses both): there the value parsed back must equal the value. Substring tests first
+# (a regex scan of every event costs more than the encoding it guards).
 _SHORT_EXPONENT = re.compile(rb"\de-[1-9](?!\d)")
 
 try:
@@ -38,13 +39,22 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it, th
 
 def _fast(value: Any) -> bytes | None:
     """orjson's bytes of `value` when they are certainly the reference encoder's, else None."""
+    out, _ = _fast_pair(value, parse=False)
+    return out
+
+
+def _fast_pair(value: Any, parse: bool) -> tuple[bytes | None, Any]:
+    """`_fast(value)` and, when asked (or needed to rule out a NaN written as `null`), the value parsed back."""
     try:
         out = _dumps(value, option=_OPTIONS)  # type: ignore[misc]
     except TypeError:  # orjson.JSONEncodeError: something the reference encoder handles or refuses itself
-        return None
-    if b"null" in out or b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
-        return None
-    return out
+        return None, None
+    if b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
+        return None, None
+    copy = _loads(out) if parse or b"null" in out else None
+    if b"null" in out and copy != value:  # a NaN or an infinity became null (or a tuple a list): the reference decides
+        return None, None
+    return out, copy
 
 
 # The cases above and their neighbours, probed once at import: an orjson whose fast bytes differ from the
@@ -87,8 +97,23 @@ def canonical_pair(value: Any) -> tuple[str, Any]:
     """The canonical JSON of `value` and a detached copy parsed from exactly that text (JSON-exact: tuples become
     lists, keys sorted). orjson parses what orjson wrote; anything else goes through the standard parser, which
     keeps integers beyond 64 bits exact where orjson would turn them into floats."""
-    out = _fast(value) if _dumps is not None else None
+    out, copy = _fast_pair(value, parse=True) if _dumps is not None else (None, None)
     if out is not None:
-        return out.decode("utf-8"), _loads(out)
+        return out.decode("utf-8"), copy
     text = _reference(value)
     return text, json.loads(text)
+
+
+class Frozen:
+    """A JSON value held as its canonical text; `thaw()` is a fresh copy, parsed by orjson when orjson wrote the
+    text (then it holds no integer beyond 64 bits, which orjson would read as a float), else by the standard parser."""
+
+    __slots__ = ("text", "_fast")
+
+    def __init__(self, value: Any) -> None:
+        out = _fast(value) if _dumps is not None else None
+        self.text: str = out.decode("utf-8") if out is not None else _reference(value)
+        self._fast = out is not None
+
+    def thaw(self) -> Any:
+        return _loads(self.text) if self._fast else json.loads(self.text)

@@ -9,6 +9,7 @@ import os
 import re
 from typing import Any
 
+from aft_bench.common.cache import BoundedCache
 from aft_bench.common.canonical import canonical_json
 
 # Matched anywhere in the variable's name (upper-cased): OPENAI_API_KEY, GITHUB_TOKEN, DB_PASSWORD, ...
@@ -78,9 +79,25 @@ def _secrets() -> tuple[str, ...]:
     return _Known.current()
 
 
+# Long texts found clean, remembered with the secrets they were checked against: a matrix writes the same large
+# surface event (a 1000-tool catalog's names) into thousands of traces, and hashing a text is 20 times cheaper than
+# scanning it. Bounded; a changed environment (other secret values) misses.
+LONG_TEXT = 4096
+_CLEAN: BoundedCache[tuple[tuple[str, ...], str], bool] = BoundedCache(64)
+
+
 def redact(text: str) -> str:
     """`text` with every credential-like environment value and every key-shaped string replaced."""
-    for value in _Known.current():
+    values = _Known.current()
+    if len(text) >= LONG_TEXT:
+        key = (values, text)
+        if _CLEAN.get(key, lambda: _scan(values, text) is text):
+            return text
+    return _scan(values, text)
+
+
+def _scan(values: tuple[str, ...], text: str) -> str:
+    for value in values:
         if value in text:
             text = text.replace(value, REDACTED)
     if KEY_PREFIXES.search(text):

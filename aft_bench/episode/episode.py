@@ -5,7 +5,6 @@ experiment's builder resolves names, and calibration builds its setups directly.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.scripted import ScriptedAgent
 from aft_bench.common import crashpoints
+from aft_bench.common.canonical import canonical_pair
 from aft_bench.common.errors import HarnessError
 from aft_bench.episode.loop import Played, play
 from aft_bench.interface.interface import Interface
@@ -84,7 +84,7 @@ def _finish(pipeline: Pipeline, criteria: Criteria, played: Played) -> EpisodeRe
     state, state_text, state_hash = pipeline.backend.snapshot_and_hash()
     # recorded so the audit can re-judge the run; the canonical text is reused, not serialized again
     trace.append_canonical("terminal_state", f'{{"hash":"{state_hash}","state":{state_text}}}',
-                           {"hash": state_hash, "state": json.loads(state_text)})
+                           {"hash": state_hash, "state": canonical_pair(state)[1]})
     crashpoints.hit("before_seal")
     head = trace.seal().hash
     events = trace.events()

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aft_bench.common.canonical import digest
+from aft_bench.common.canonical import canonical_pair, digest
 from aft_bench.world.manifest import VERSION, Operation, World
 from aft_bench.world.store import MemoryStore, Store
 
@@ -105,15 +104,15 @@ class Backend:
 
     def snapshot(self) -> dict[str, Any]:
         """A detached copy of the state (a JSON round trip: the state is plain JSON data)."""
-        return json.loads(self.store.snapshot_text())
+        return canonical_pair(self.store.view())[1]
 
     def state_hash(self) -> str:
         return hashlib.sha256(self.store.snapshot_text().encode("utf-8")).hexdigest()
 
     def snapshot_and_hash(self) -> tuple[dict[str, Any], str, str]:
         """Terminal state, its canonical JSON text and that text's hash, from one serialization."""
-        text = self.store.snapshot_text()
-        return json.loads(text), text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+        text, state = canonical_pair(self.store.view())  # what snapshot_text() is, and a copy parsed from it
+        return state, text, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def record(self, ref: str) -> dict[str, Any] | None:
         coll, key = ref.split("/", 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aft_bench.common.canonical import canonical_json, digest
+from aft_bench.common.canonical import Frozen, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
 
@@ -136,13 +135,13 @@ class World:
 
     def initial_state(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """s0 as a fresh plain dict: records (with versions), permissions, counters, ledger, idempotency table."""
-        state = json.loads(self._s0_json)
+        state = self._s0.thaw()
         if overrides:
             apply_overrides(state, overrides)
         return state
 
     @cached_property
-    def _s0_json(self) -> str:
+    def _s0(self) -> Frozen:
         records: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.manifest.collections}
         for coll, recs in self.manifest.state.items():
             for key, rec in recs.items():
@@ -155,7 +154,7 @@ class World:
             "ledger": [],
             "idempotency": {},
         }
-        return canonical_json(state)
+        return Frozen(state)
 
 
 def apply_overrides(state: dict[str, Any], overrides: dict[str, Any]) -> None:
