@@ -161,9 +161,8 @@ def _init_worker(config: str, worlds: str, out: str) -> None:
     _WORKER.update(matrix=load_matrix(config, Path(worlds)), out=Path(out))
 
 
-def _run_index(i: int) -> Outcome:
-    kind, data = attempt(_WORKER["matrix"], i, _WORKER["out"])
-    return i, kind, data
+def _run_chunk(chunk: list[int]) -> list[Outcome]:
+    return [(i, *attempt(_WORKER["matrix"], i, _WORKER["out"])) for i in chunk]  # type: ignore[misc]
 
 
 def context() -> Any:
@@ -175,8 +174,10 @@ def context() -> Any:
     return ctx
 
 
-def process_pool(matrix: Matrix, pending: list[int], out: Path, workers: int) -> Iterator[Outcome]:
-    """Cells in `workers` processes, each loading the matrix once from its config; results in matrix order."""
+def process_pool(matrix: Matrix, pending: list[int], out: Path, workers: int) -> Iterator[list[Outcome]]:
+    """Cells in `workers` processes, each loading the matrix once from its config, CHUNK cells per task; results
+    in matrix order, a chunk's together (the runner records them with one fsync: a group commit)."""
+    chunks = [pending[k:k + CHUNK] for k in range(0, len(pending), CHUNK)]
     with ProcessPoolExecutor(workers, mp_context=context(), initializer=_init_worker,
                              initargs=(str(matrix.path), str(matrix.worlds_dir), str(out))) as pool:
-        yield from pool.map(_run_index, pending, chunksize=CHUNK)
+        yield from pool.map(_run_chunk, chunks)

@@ -94,16 +94,25 @@ def _check_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 class Journal:
-    """Append-only writer; one process (the runner's parent) writes it."""
+    """Append-only writer; one process (the runner's parent) writes it. A row counts (is in `rows`) once fsync'd:
+    `append` makes one row durable; `write` then `sync` make a group of rows durable with one fsync (a group
+    commit: the rows a worker process returns together)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows = read_rows(path, repair=True)
         self._ids = {r["run_id"] for r in self.rows}
+        self._unsynced: list[dict[str, Any]] = []
         self._fh = open(path, "a", encoding="utf-8")
 
     def append(self, row: dict[str, Any]) -> None:
         """Make one row durable; a row the row model cannot hold raises UnrecordableRow and writes nothing."""
+        self.write(row)
+        self.sync()
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Write one row's line (complete, flushed to the OS, not yet fsync'd: it counts at the next `sync`); a row
+        the row model cannot hold raises UnrecordableRow and writes nothing."""
         found = row_problems(row)
         if found:
             raise UnrecordableRow("; ".join(found))
@@ -126,13 +135,24 @@ class Journal:
         else:
             self._fh.write(line)
         self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self.rows.append(row)
+        self._unsynced.append(row)
         self._ids.add(row["run_id"])
-        crashpoints.hit("after_row")
+
+    def sync(self) -> None:
+        """fsync the rows written since the last sync; from here on they count."""
+        if not self._unsynced:
+            return
+        os.fsync(self._fh.fileno())
+        done, self._unsynced = self._unsynced, []
+        for row in done:
+            self.rows.append(row)
+            crashpoints.hit("after_row")
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self.sync()
+        finally:
+            self._fh.close()
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ quarantine of unfinished attempts; one episode is the builder's and the episode 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -100,11 +101,22 @@ def _check_evidence(out: Path, journal: Journal, rundir: RunDirectory, rerun_mis
 
 
 def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend, loops: int = 1,
-              scheduler: str | None = None) -> Iterator[executors.Outcome]:
+              scheduler: str | None = None) -> Iterator[list[executors.Outcome]]:
     """Cells of agents that wait on the network run concurrently on one event loop (up to each agent's
     `concurrency`), or on `loops` loops in as many processes; the others in worker processes, or in this
     process. With a `scheduler`, every cell runs on that Dask cluster (each networked agent's `concurrency` its
-    limit in flight there)."""
+    limit in flight there). Outcomes come in groups recorded with one fsync: a worker process's chunk, else one."""
+    yield from _singles(_sources(matrix, pending, out, workers, spend, loops, scheduler))
+
+
+def _singles(items: Iterator[Any]) -> Iterator[list[executors.Outcome]]:
+    """Groups as they come: a worker chunk (a list) as is, any single outcome as a group of one."""
+    for item in items:
+        yield item if isinstance(item, list) else [item]
+
+
+def _sources(matrix: Matrix, pending: list[int], out: Path, workers: int, spend: Spend, loops: int,
+             scheduler: str | None) -> Iterator[Any]:
     specs = {s: AgentSpec.parse(s) for s in {matrix.cells[i].agent_spec for i in pending}}
     if scheduler is not None:
         from aft_bench.experiment.distributed import dask_outcomes
@@ -128,14 +140,38 @@ def _outcomes(matrix: Matrix, pending: list[int], out: Path, workers: int, spend
         yield from executors.serial(matrix, local, out, spend.open)
 
 
-def _drain(outcomes: Iterator[executors.Outcome], journal: Journal, out: Path, extra: dict[str, Any],
+GROUP_COMMIT_S = 0.1  # worker chunks arriving within this long share one fsync (each costs 1-2 ms next to traces)
+
+
+def _synced(groups: Iterator[list[executors.Outcome]], journal: Journal) -> Iterator[executors.Outcome]:
+    """The outcomes of each group, then an fsync once the consumer has recorded the group's last one (a group
+    commit: the rows count from then on). A group of one (an episode on the network, or in this process) is
+    synced at once; worker chunks are synced together while they keep arriving within GROUP_COMMIT_S."""
+    last = time.monotonic()
+    for group in groups:
+        yield from group
+        if len(group) == 1 or time.monotonic() - last >= GROUP_COMMIT_S:
+            _sync(journal)
+            last = time.monotonic()
+    _sync(journal)
+
+
+def _sync(journal: Journal) -> None:
+    try:
+        journal.sync()
+    except OSError as exc:
+        raise OutputError(journal.path, exc) from None
+
+
+def _drain(groups: Iterator[list[executors.Outcome]], journal: Journal, out: Path, extra: dict[str, Any],
            progress: Progress | None, total: int, spend: Spend) -> None:
-    """Record every outcome as it arrives; a dead worker process is a failure record, not a crash."""
+    """Record every outcome as it arrives (a group's rows made durable together); a dead worker process is a
+    failure record, not a crash."""
     from concurrent.futures.process import BrokenProcessPool
 
     wrap = progress or (lambda it: it)
     try:
-        for _i, kind, data in wrap(_Sized(outcomes, total)):
+        for _i, kind, data in wrap(_Sized(_synced(groups, journal), total)):
             _record(journal, out, kind, data, extra)
             if kind == "row":
                 spend.add(data)
@@ -161,7 +197,7 @@ def _record(journal: Journal, out: Path, kind: str, data: dict[str, Any], extra:
     try:
         if kind == "row":
             try:
-                journal.append({**data, **extra})
+                journal.write({**data, **extra})
             except UnrecordableRow as exc:  # e.g. a provider's impossible usage: never journaled, the tuple pending
                 append_record(out / "failures.jsonl", {"run_id": data.get("run_id"), "session": extra["session"],
                                                        "error": "UnrecordableRow", "message": str(exc)[:2000]})
