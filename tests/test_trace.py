@@ -178,3 +178,32 @@ def test_garbage_empty_or_encoded_files_fail_as_integrity_errors(tmp_path: Path,
     p.write_bytes(content)
     with pytest.raises(TraceIntegrityError):
         verify_file(p)
+
+
+def test_events_read_from_a_file_carry_their_data_text_and_a_forged_state_is_still_caught(worlds, tmp_path: Path
+                                                                                         ) -> None:
+    """Reading keeps each event's canonical data text (verify and the re-judge hash it instead of encoding the
+    data again); a terminal state rewritten with the whole chain recomputed still fails its recorded hash."""
+    from aft_bench.common.canonical import canonical_json
+    from aft_bench.judge.rejudge import recorded_state
+    from aft_bench.runtime.trace import _event_hash
+
+    p = tmp_path / "t.jsonl"
+    _export_run(worlds, p, 0)
+    events = read_events(p)
+    assert all(e.data_json == canonical_json(dict(e.data)) for e in events)  # known positive: the text is exact
+    assert recorded_state(events) == events[-2].data["state"]
+    ls = _lines(p)
+    raws = [json.loads(x) for x in ls]
+    i = next(k for k, r in enumerate(raws) if r["kind"] == "terminal_state")
+    coll = next(iter(raws[i]["data"]["state"]["records"]))
+    raws[i]["data"]["state"]["records"][coll]["forged"] = {"_version": 1}
+    for k in range(i, len(raws)):  # the forger recomputes every hash from the edit on: the chain holds again
+        raws[k]["prev"] = raws[k - 1]["hash"]
+        raws[k]["hash"] = _event_hash(raws[k]["seq"], raws[k]["kind"], raws[k]["data"], raws[k]["prev"])
+    p.write_text("".join(canonical_json(r) + "\n" for r in raws))
+    forged = read_events(p)
+    verify(forged)  # the chain alone cannot tell
+    assert forged[i].data_json is not None
+    with pytest.raises(TraceIntegrityError, match="does not match its recorded hash"):  # known negative
+        recorded_state(forged)

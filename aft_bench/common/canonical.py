@@ -117,3 +117,21 @@ class Frozen:
 
     def thaw(self) -> Any:
         return _loads(self.text) if self._fast else json.loads(self.text)
+
+
+def parse_fast(text: str) -> Any:
+    """orjson's parse of `text` (the standard parser's where orjson is absent). Unlike the standard parser it reads
+    an integer beyond 64 bits as a float: use it only where the result is checked against `text` again."""
+    return _loads(text)
+
+
+def recanonical(parsed: Any) -> str | None:
+    """canonical_json of a value `parse_fast` returned (it holds no NaN or infinity, which orjson does not parse),
+    or None where the reference encoder would have to decide."""
+    try:
+        out = _dumps(parsed, option=_OPTIONS) if _dumps is not None else None  # type: ignore[misc]
+    except TypeError:
+        return None
+    if out is None or b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
+        return None
+    return out.decode("utf-8")

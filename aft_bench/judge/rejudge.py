@@ -4,10 +4,11 @@ the hash recorded beside it) and the task's criteria give the labels, which must
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aft_bench.common.canonical import canonical_json
+from aft_bench.common.canonical import canonical_bytes
 from aft_bench.common.errors import TraceIntegrityError
 from aft_bench.judge.labels import Labels, compute_labels
 from aft_bench.runtime.trace import Event
@@ -23,9 +24,21 @@ def recorded_state(events: Iterable[Event]) -> Mapping[str, Any]:
     if last is None or "state" not in last.data:
         raise TraceIntegrityError("the trace records no terminal state (made before aft-bench recorded it?)")
     state = last.data["state"]
-    if hashlib.sha256(canonical_json(state).encode("utf-8")).hexdigest() != last.data.get("hash"):
+    if hashlib.sha256(_state_bytes(last)).hexdigest() != last.data.get("hash"):
         raise TraceIntegrityError("the recorded terminal state does not match its recorded hash")
     return state
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _state_bytes(event: Event) -> bytes:
+    """The canonical bytes of a terminal_state event's state: cut from the event's own canonical text when it has
+    one (`{"hash":"<64 hex>","state":S}`), else encoded again."""
+    h, text = event.data.get("hash"), event.data_json
+    if text is not None and event.data.keys() == {"hash", "state"} and isinstance(h, str) and _HEX64.fullmatch(h):
+        return text[len('{"hash":"') + 64 + len('","state":'):-1].encode("utf-8")
+    return canonical_bytes(event.data["state"])
 
 
 def rejudge(events: Iterable[Event], criteria: Criteria) -> Labels:

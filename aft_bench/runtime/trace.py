@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from aft_bench.common.canonical import canonical_json, canonical_pair
+from aft_bench.common.canonical import canonical_json, canonical_pair, parse_fast, recanonical
 from aft_bench.common.errors import InputError, TraceIntegrityError
 from aft_bench.common.files import read_text
 from aft_bench.common.secrets import redact_json
@@ -30,6 +30,9 @@ class Event:
     data: Mapping[str, Any]
     prev: str
     hash: str
+    # the canonical JSON text `data` was parsed from, when the event was written or read here (verify hashes it
+    # instead of encoding `data` again); not part of the event's identity
+    data_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "kind": self.kind, "data": dict(self.data), "prev": self.prev, "hash": self.hash}
@@ -85,7 +88,7 @@ class Trace:
             data_json, data = clean, json.loads(clean)
         seq, prev = len(self._events), self.head
         digest_ = _hash(seq, kind, data_json, prev)
-        ev = Event(seq, kind, MappingProxyType(data), prev, digest_)
+        ev = Event(seq, kind, MappingProxyType(data), prev, digest_, data_json)
         self._events.append(ev)
         if self._fh is not None:
             kind_json = canonical_json(kind)
@@ -119,20 +122,44 @@ def read_events(path: str | Path) -> list[Event]:
     if lines and lines[-1] == "":
         lines.pop()
     for lineno, line in enumerate(lines, start=1):
-        try:
-            raw = json.loads(line)
-            ev = Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"])
-        except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
-            raise TraceIntegrityError(f"{path}: line {lineno}: unreadable event ({type(exc).__name__})") from None
-        try:
-            canonical = canonical_json(raw)
-        except ValueError:  # NaN/Infinity: never written by a trace
-            canonical = None
-        if canonical != line:
-            raise TraceIntegrityError(f"{path}: line {lineno}: not the canonical bytes the trace wrote "
-                                      f"(re-serialized or edited)")
-        out.append(ev)
+        out.append(_fast_event(line) or _event(path, lineno, line))
     return out
+
+
+_FIELDS = {"data", "hash", "kind", "prev", "seq"}
+
+
+def _fast_event(line: str) -> Event | None:
+    """The event of a canonical line, parsed by orjson, with its data's canonical text cut from the line; None
+    for anything else (the standard path then decides, with its error messages)."""
+    try:
+        raw = parse_fast(line)
+        if not isinstance(raw, dict) or raw.keys() != _FIELDS or not isinstance(raw["data"], dict) \
+                or recanonical(raw) != line:  # a long integer read as a float also lands here
+            return None
+        rest = recanonical({"hash": raw["hash"], "kind": raw["kind"], "prev": raw["prev"], "seq": raw["seq"]})
+        if rest is None:
+            return None
+        return Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"],
+                     line[len('{"data":'):len(line) - len(rest)])  # the line is {"data":D,<rest without its {>
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _event(path: str | Path, lineno: int, line: str) -> Event:
+    try:
+        raw = json.loads(line)
+        ev = Event(raw["seq"], raw["kind"], MappingProxyType(raw["data"]), raw["prev"], raw["hash"])
+    except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
+        raise TraceIntegrityError(f"{path}: line {lineno}: unreadable event ({type(exc).__name__})") from None
+    try:
+        canonical = canonical_json(raw)
+    except ValueError:  # NaN/Infinity: never written by a trace
+        canonical = None
+    if canonical != line:
+        raise TraceIntegrityError(f"{path}: line {lineno}: not the canonical bytes the trace wrote "
+                                  f"(re-serialized or edited)")
+    return ev
 
 
 def verify(events: Iterable[Event], expected_head: str | None = None, where: str = "trace") -> str:
@@ -144,7 +171,8 @@ def verify(events: Iterable[Event], expected_head: str | None = None, where: str
             raise TraceIntegrityError(f"{where}: event {i} has seq {ev.seq} (events missing or reordered)")
         if ev.prev != prev:
             raise TraceIntegrityError(f"{where}: event {i} does not chain to its predecessor")
-        if _event_hash(ev.seq, ev.kind, dict(ev.data), ev.prev) != ev.hash:
+        data_json = ev.data_json if ev.data_json is not None else canonical_json(dict(ev.data))
+        if _hash(ev.seq, ev.kind, data_json, ev.prev) != ev.hash:
             raise TraceIntegrityError(f"{where}: event {i} ({ev.kind}) was modified")
         if last is not None and last.kind == SEAL:
             raise TraceIntegrityError(f"{where}: events after the seal")
