@@ -30,29 +30,31 @@ from aft_bench.world.manifest import VERSION, World
 LOCK_TIMEOUT_S = 2.0
 
 
+def _required(name: str, type_: Any) -> Column[Any]:
+    """A NOT NULL column; every column that is neither part of a primary key nor the idempotency key is one."""
+    return Column(name, type_, nullable=False)
+
+
 def _tables(world: World, meta: MetaData) -> dict[str, Table]:
     t: dict[str, Table] = {}
     for coll in world.manifest.collections:
         t[f"c:{coll}"] = Table(f"c_{coll}", meta, Column("key", String, primary_key=True),
-                               Column("version", Integer, nullable=False), Column("data", Text, nullable=False))
+                               _required("version", Integer), _required("data", Text))
     t["ledger"] = Table("ledger", meta, Column("idx", Integer, primary_key=True, autoincrement=False),
-                        Column("effect_id", String, nullable=False), Column("op", String, nullable=False),
-                        Column("effect", String, nullable=False), Column("business_args", Text, nullable=False),
-                        Column("invocation", String, nullable=False), Column("principal", String, nullable=False),
-                        Column("authorized", Boolean, nullable=False),
+                        _required("effect_id", String), _required("op", String), _required("effect", String),
+                        _required("business_args", Text), _required("invocation", String),
+                        _required("principal", String), _required("authorized", Boolean),
                         Column("idempotency_key", String, unique=True, nullable=True),
-                        Column("targets", Text, nullable=False), Column("parts_total", Integer, nullable=False),
-                        Column("parts_realized", Text, nullable=False), Column("compensated", Boolean, nullable=False),
-                        Column("result", Text, nullable=False))
-    t["parts"] = Table("ledger_parts", meta, Column("idx", Integer, nullable=False),
-                       Column("effect_id", String, nullable=False), Column("part", String, nullable=False))
+                        _required("targets", Text), _required("parts_total", Integer),
+                        _required("parts_realized", Text), _required("compensated", Boolean),
+                        _required("result", Text))
+    t["parts"] = Table("ledger_parts", meta, _required("idx", Integer), _required("effect_id", String),
+                       _required("part", String))
     t["permissions"] = Table("permissions", meta, Column("principal", String, primary_key=True),
                              Column("permission", String, primary_key=True))
     t["principals"] = Table("principals", meta, Column("principal", String, primary_key=True))
-    t["counters"] = Table("counters", meta, Column("collection", String, primary_key=True),
-                          Column("n", Integer, nullable=False))
-    t["invocations"] = Table("invocations", meta, Column("inv", String, primary_key=True),
-                             Column("data", Text, nullable=False))
+    t["counters"] = Table("counters", meta, Column("collection", String, primary_key=True), _required("n", Integer))
+    t["invocations"] = Table("invocations", meta, Column("inv", String, primary_key=True), _required("data", Text))
     return t
 
 
