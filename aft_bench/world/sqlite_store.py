@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +20,7 @@ from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, Text, 
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.util import LRUCache
 
@@ -90,6 +92,51 @@ def _template(world: World) -> sqlite3.Connection:
     return _TEMPLATES.get(world.hash, make)
 
 
+def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.close()
+
+
+class _Opener:
+    """One engine for every store of the process, connecting to the file the store being opened names: SQLAlchemy
+    keys its compiled-statement cache on the engine's dialect, so an engine per run compiled every statement of
+    every run again (a fifth of a SQLite run's time). No pool: each store's connection is its own and closes with
+    it; the pragmas are set on every new connection, as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._path: Path | None = None
+        self._engine: Engine | None = None
+
+    def connect(self, path: Path) -> Connection:
+        with self._lock:
+            if self._engine is None:
+                self._engine = create_engine("sqlite:///aft-bench-store", creator=self._raw, poolclass=NullPool)
+                event.listen(self._engine, "connect", _pragmas)
+            self._path = path
+            try:
+                return self._engine.connect()
+            finally:
+                self._path = None
+
+    def _raw(self) -> sqlite3.Connection:
+        assert self._path is not None, "connections are made only through connect()"
+        return sqlite3.connect(self._path, timeout=LOCK_TIMEOUT_S, check_same_thread=False)  # as SQLAlchemy opens files
+
+
+_OPENER = _Opener()
+
+
+def _close_quietly(conn: Connection | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except DatabaseError:
+            pass
+
+
 def _create(path: Path, world: World) -> None:
     """A new database file holding the world's empty schema, in WAL mode."""
     dst = sqlite3.connect(path)
@@ -108,7 +155,6 @@ class SqliteStore:
         self.path = Path(path)
         self.world = world
         self.meta, self.t = _schema(world)
-        self.engine: Engine | None = None
         self.conn: Connection | None = None
         self._depth = 0
         self._open()
@@ -123,17 +169,9 @@ class SqliteStore:
         self._fresh = not existed
         if not existed:
             _create(self.path, self.world)
-        engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": LOCK_TIMEOUT_S})
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=FULL")
-            cur.close()
-
+        conn: Connection | None = None
         try:
-            conn = engine.connect().execution_options(compiled_cache=_COMPILED)
+            conn = _OPENER.connect(self.path).execution_options(compiled_cache=_COMPILED)
             if existed:
                 ok = conn.execute(text("PRAGMA quick_check")).scalar()
                 conn.commit()
@@ -143,25 +181,23 @@ class SqliteStore:
                 with conn.begin():
                     self.meta.create_all(conn)
         except OperationalError as exc:
-            engine.dispose()
+            _close_quietly(conn)
             problem = "database is locked by another process" if "locked" in str(exc) else "cannot open database"
             raise InputError(self.path, "database", str(self.path), f"{problem} ({exc.orig})") from None
         except DatabaseError as exc:
-            engine.dispose()
+            _close_quietly(conn)
             raise InputError(self.path, "database", str(self.path), f"not a usable SQLite database ({exc.orig})") from None
-        self.engine, self.conn = engine, conn
+        self.conn = conn
 
     def close(self) -> None:
         if self.conn is not None:
             if self.conn.in_transaction():
                 self.conn.commit()  # only implicit read transactions can be open here
-            self.conn.close()
-        if self.engine is not None:
-            self.engine.dispose()
-        self.conn = self.engine = None
+            self.conn.close()  # no pool: the file's connection closes here
+        self.conn = None
 
     def reopen(self) -> None:
-        """Drop every in-process object (connection, engine) and open the file again."""
+        """Drop every in-process object (the connection) and open the file again."""
         self.close()
         self._open()
 
