@@ -180,3 +180,34 @@ def test_seeded_draws_are_reproducible() -> None:
     d = np.random.default_rng(0).normal(size=50)
     assert sign_flip_test(d, seed=4).pvalue == sign_flip_test(d, seed=4).pvalue
     assert cluster_bootstrap_ci(d, np.arange(50) % 8, seed=9) == cluster_bootstrap_ci(d, np.arange(50) % 8, seed=9)
+
+
+def test_holm_and_bh_give_statsmodels_floats_exactly() -> None:
+    """The corrections are our own code (no statsmodels import at analysis time); they must equal statsmodels'
+    bit for bit, ties and values above 1 after adjustment included, and NaN entries stay out of the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    from aft_bench.analysis.stats import benjamini_hochberg, holm
+
+    rng = np.random.default_rng(3)
+    cases = [rng.uniform(0, 1, n) for n in (1, 2, 3, 8, 50)] + [rng.choice([0.01, 0.04, 0.2, 1.0], 12),
+                                                                 np.array([0.5, 0.5, 0.5]), np.array([1e-12, 1.0])]
+    for p in cases:
+        assert holm(p).tolist() == multipletests(p, method="holm")[1].tolist()
+        assert benjamini_hochberg(p).tolist() == multipletests(p, method="fdr_bh")[1].tolist()
+    with_nan = np.array([0.04, np.nan, 0.01, 0.03])
+    got = holm(with_nan)
+    assert np.isnan(got[1]) and got[[0, 2, 3]].tolist() == multipletests(with_nan[[0, 2, 3]], method="holm")[1].tolist()
+    p3 = np.array([0.01, 0.02, 0.03])
+    assert holm(p3).tolist() != benjamini_hochberg(p3).tolist()  # known negative: the two corrections differ
+
+
+def test_clopper_pearson_upper_is_scipys_beta_quantile() -> None:
+    from scipy.stats import beta
+
+    from aft_bench.analysis.stats import clopper_pearson_upper
+
+    for n in (1, 5, 16, 72, 400):
+        for events in range(0, n, max(1, n // 7)):
+            assert clopper_pearson_upper(events, n) == float(beta.ppf(0.975, events + 1, n - events))
+    assert clopper_pearson_upper(3, 3) == 1.0 and np.isnan(clopper_pearson_upper(0, 0))
