@@ -227,9 +227,9 @@ def test_stepwise_and_program_modes_complete_every_memos_workflow(tmp_path) -> N
     assert (program.loc[long, "model_bytes"] < skeleton.loc[long, "model_bytes"]).all()
     df = everything[variant != "skeleton"]
     n = df["task_id"].str[-2:].astype(int)
-    assert len(df) == 16 and df["y_goal"].all() and (df["outcome"] == "completed").all()
+    assert len(df) == 32 and df["y_goal"].all() and (df["outcome"] == "completed").all()
     step, prog = df["mode"] == "step", df["mode"] == "program"
-    assert step.sum() == prog.sum() == 8
+    assert step.sum() == prog.sum() == 16
     assert (df.loc[step, "round_trips"] == n[step]).all() and (df.loc[step, "model_turns"] == n[step] + 1).all()
     assert (df.loc[prog, "round_trips"] == 1).all() and (df.loc[prog, "model_turns"] == 2).all()
 
@@ -342,7 +342,7 @@ def test_policy_against_stepwise_on_the_memos_workflows_is_an_agent_contrast(tmp
     assert main(["analyze", str(out)]) == 0
     rows = {r["comparison"]: r for r in json.loads((out / "analysis" / "secondary.json").read_text())}
     for cid in ("program_latency", "program_traffic"):
-        assert rows[cid]["pairs"] == 8 and rows[cid]["utility_diff"] > 0, rows[cid]
+        assert rows[cid]["pairs"] == 16 and rows[cid]["utility_diff"] > 0, rows[cid]
     pairs = pd.read_parquet(out / "analysis" / "pairs.parquet")
     assert (pairs.loc[pairs["comparison"] == "program_latency", "utility_diff"] >= 0).all()
 

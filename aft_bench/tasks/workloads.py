@@ -1,4 +1,4 @@
-"""Workloads as data: a world, fault variants and 8 tasks (the task clusters), in `worlds/workloads/*.toml`."""
+"""Workloads as data: a world, fault variants and tasks (the task clusters; 16 where a comparison draws inference), in `worlds/workloads/*.toml`."""
 
 from __future__ import annotations
 
