@@ -60,12 +60,12 @@ calibrate: $(STAMP)
 smoke: $(STAMP)
 	rm -rf results/smoke && $(BIN)/aft-bench run configs/smoke.toml --out results/smoke && $(BIN)/aft-bench summarize results/smoke
 
-# the last commit before the subpackage layout and the one episode loop: per-episode overhead is compared with it
-BENCH_AGAINST ?= 2281ba7
+# the last commit before the speed work of issue 28: every figure is compared with it, in the same run
+BENCH_AGAINST ?= 3499063
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_episode.py configs/paper_deterministic.toml --against $(BENCH_AGAINST)
-	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml
+	$(BIN)/python benchmarks/bench_matrix.py configs/paper_deterministic.toml --against $(BENCH_AGAINST)
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_backends.py
 	$(BIN)/python benchmarks/bench_programs.py

@@ -68,8 +68,9 @@ concurrency = {args.concurrency}
 ''')
             out = Path(tmp) / "out"
             os.environ["AFT_BENCH_FAKE_KEY"] = "offline"
-            tokens.warm()
-            if args.loops > 1:  # the process server and its preload (litellm, tokenizer) start once, untimed
+            tokens.warm()  # the tokenizer, then litellm: one-off imports, untimed (the runner's own warm-up finds them)
+            tokens.litellm_module()
+            if args.loops > 1:  # the process server and its preload (the tokenizer) start once, untimed
                 warm = executors.context().Process(target=os.getpid)
                 warm.start()
                 warm.join()
