@@ -37,8 +37,10 @@ reproduce: $(STAMP)
 	@echo "SQLite replication (Fig. 3): results/latest-sqlite/report/report.md -> $(SQL_DIR)"
 
 ## test: set up and run the test suite
+# the suite on both cores (pytest-xdist): 3.4 min here against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 ## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml;
 ## then the same for the llm agent replayed from configs/llm_replay_ci.cassette

@@ -23,7 +23,7 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
                                                        st.dictionaries(st.text(), inner, max_size=5)), max_leaves=30)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(values)
 def test_every_value_gets_the_reference_bytes(value: Any) -> None:
     want = REFERENCE(value)
