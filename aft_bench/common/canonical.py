@@ -23,7 +23,12 @@ _reference: Callable[[Any], str] = _ENCODER.encode
 # or written as `0.0000...` (a match inside a string only costs speed), and `null`, which may stand for a NaN or an
 # infinity (the reference refuses both): there the value parsed back must equal the value. Substring tests first
 # (a regex scan of every event costs more than the encoding it guards).
-_SHORT_EXPONENT = re.compile(rb"\de-[1-9](?!\d)")
+_E_MINUS = re.compile(rb"e-[1-9](?![0-9])")  # literal-led: the engine finds "e-" fast, then the digit before
+
+
+def _short_exponent(out: bytes) -> bool:
+    """Does `out` hold a float like `1e-7` (a digit, `e-`, one digit)?"""
+    return any(m.start() and out[m.start() - 1] in b"0123456789" for m in _E_MINUS.finditer(out))
 
 try:
     import orjson
@@ -49,7 +54,7 @@ def _fast_pair(value: Any, parse: bool) -> tuple[bytes | None, Any]:
         out = _dumps(value, option=_OPTIONS)  # type: ignore[misc]
     except TypeError:  # orjson.JSONEncodeError: something the reference encoder handles or refuses itself
         return None, None
-    if b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
+    if b"0.0000" in out or (b"e-" in out and _short_exponent(out)):
         return None, None
     copy = _loads(out) if parse or b"null" in out else None
     if b"null" in out and copy != value:  # a NaN or an infinity became null (or a tuple a list): the reference decides
@@ -132,6 +137,6 @@ def recanonical(parsed: Any) -> str | None:
         out = _dumps(parsed, option=_OPTIONS) if _dumps is not None else None  # type: ignore[misc]
     except TypeError:
         return None
-    if out is None or b"0.0000" in out or (b"e-" in out and _SHORT_EXPONENT.search(out)):
+    if out is None or b"0.0000" in out or (b"e-" in out and _short_exponent(out)):
         return None
     return out.decode("utf-8")

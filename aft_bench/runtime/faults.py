@@ -7,6 +7,8 @@ fault through planned -> armed -> fired; the pipeline performs the fault's actio
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +85,8 @@ class FaultSchedule(BaseModel):
     description: str = ""
     faults: tuple[FaultSpec, ...] = ()
 
-    @property
-    def hash(self) -> str:
+    @cached_property
+    def hash(self) -> str:  # the model is frozen: computed once per schedule
         return digest(self.model_dump(mode="json"))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -40,7 +41,10 @@ class Event:
 
 def _body(seq: int, kind: str, data_json: str, prev: str) -> str:
     """canonical_json({"data", "kind", "prev", "seq"}) built from already-canonical data (sorted keys)."""
-    return f'{{"data":{data_json},"kind":{canonical_json(kind)},"prev":"{prev}","seq":{seq}}}'
+    return f'{{"data":{data_json},"kind":{_kind_json(kind)},"prev":"{prev}","seq":{seq}}}'
+
+
+_kind_json = lru_cache(maxsize=1024)(canonical_json)  # a trace uses a few dozen kinds, each encoded once
 
 
 def _hash(seq: int, kind: str, data_json: str, prev: str) -> str:
@@ -91,7 +95,7 @@ class Trace:
         ev = Event(seq, kind, MappingProxyType(data), prev, digest_, data_json)
         self._events.append(ev)
         if self._fh is not None:
-            kind_json = canonical_json(kind)
+            kind_json = _kind_json(kind)
             self._fh.write(f'{{"data":{data_json},"hash":"{digest_}","kind":{kind_json},"prev":"{prev}","seq":{seq}}}\n')
         return ev
 

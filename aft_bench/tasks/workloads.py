@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,6 +50,8 @@ class Workload:
     variants: tuple[Variant, ...]
     tasks: tuple[Task, ...]
     hash: str
+    _schedules: dict[tuple[str, tuple[str, ...]], tuple[Variant, FaultSchedule]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -59,10 +61,17 @@ class Workload:
         return tuple(v for v in self.variants if not task.variants or v.id in task.variants)
 
     def schedule(self, variant: Variant, task: Task) -> FaultSchedule:
-        """The variant's faults, each aimed at the task's first target operation unless it names one."""
+        """The variant's faults, each aimed at the task's first target operation unless it names one (made once per
+        variant and first target operation: a schedule is frozen, and its hash is computed once)."""
+        key = (variant.id, task.target_ops[:1])
+        made = self._schedules.get(key)
+        if made is not None and (made[0] is variant or made[0] == variant):  # all a schedule is made of
+            return made[1]
         faults = tuple(f if f.op is not None else f.model_copy(update={"op": task.target_ops[0]})
                        for f in variant.faults)
-        return FaultSchedule(id=f"{self.id}/{variant.id}", faults=faults)
+        schedule = FaultSchedule(id=f"{self.id}/{variant.id}", faults=faults)
+        self._schedules[key] = (variant, schedule)
+        return schedule
 
     def sizes(self) -> tuple[int | None, ...]:
         return self.info.catalog_sizes or (None,)
