@@ -139,3 +139,63 @@ def test_the_request_text_reuses_the_tools_text_and_equals_the_sorted_json(tool_
     before = agent._tool_list()[1]
     agent._tools["a"] = {"name": "a", "description": "now described"}
     assert agent._tool_list()[1] != before and "now described" in agent._tool_list()[1]
+
+
+def _hold_five_and_halve(gates: dict) -> None:
+    """In another process: take five slots of the shared endpoint limit and answer one with a rate limit."""
+    from aft_bench.agents import endpoints
+
+    if gates:
+        endpoints.use(gates)
+    gate = endpoints.limiter("openai", "http://h/v1", 8)
+
+    async def take() -> list[int]:
+        return [await gate.acquire() for _ in range(5)]
+
+    epochs = asyncio.run(take())
+    gate.release(epochs[0], rate_limited=True)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_loop_processes_share_one_limit_per_endpoint(shared: bool) -> None:
+    """The counters the runner makes are the ones a loop process uses: its calls in flight and its halving are
+    the runner's too (known negative: a process with its own limiter leaves the runner's untouched)."""
+    from aft_bench.agents import endpoints
+    from aft_bench.experiment.executors import context
+
+    endpoints.forget()
+    try:
+        ctx = context()
+        gates = endpoints.shared(ctx, {("openai", "http://h/v1"): 8})
+        endpoints.use(gates)
+        proc = ctx.Process(target=_hold_five_and_halve, args=(gates if shared else {},))
+        proc.start()
+        proc.join(30)
+        assert proc.exitcode == 0
+        gate = endpoints.limiter("openai", "http://h/v1", 8)
+        if shared:
+            assert (gate.inflight, gate.limit) == (4, 4) and [h[1] for h in gate.history] == [8, 4]
+            assert endpoints.snapshot() == {"openai http://h/v1": [[0.0, 8], [gate.history[1][0], 4]]}
+        else:
+            assert (gate.inflight, gate.limit) == (0, 8) and [h[1] for h in gate.history] == [8]
+    finally:
+        endpoints.forget()
+
+
+def test_adaptive_concurrency_over_two_loop_processes_is_one_limit(tmp_path: Path) -> None:
+    """`--loops 2` against a provider that takes 3 calls at once: the two loops hold one limit between them,
+    recorded once for the session, and it comes down to the provider's."""
+    model = FakeModel(index_tasks([WORLDS]), latency_s=0.05, max_inflight=3, retry_after_s=0.05)
+    srv = serve(model)
+    try:
+        out = tmp_path / "o"
+        cfg = _config(tmp_path, srv.server_port, 16, True, 8)
+        assert main(["run", str(cfg), "--out", str(out), "--loops", "2"]) == 0
+    finally:
+        srv.shutdown()
+    assert len(pd.read_parquet(out / "results.parquet")) == 16
+    limits = [r["endpoint_limits"] for r in map(json.loads, (out / "sessions.jsonl").read_text().splitlines())
+              if "endpoint_limits" in r]
+    assert len(limits) == 1 and len(limits[0]) == 1
+    history = next(iter(limits[0].values()))
+    assert history[0][1] == 16 and min(h[1] for h in history) <= 4

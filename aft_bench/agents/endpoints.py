@@ -1,63 +1,96 @@
 """Adaptive concurrency per provider endpoint (AIMD): the in-flight model calls of every agent that shares an
-endpoint (same provider and `api_base`) in this process, halved on a rate-limit answer and raised by one after a
-window of successes, never below 1 nor above the agents' `concurrency`. Loop-agnostic (a lock and a short poll),
-so agents on different event loops of one process share it; separate processes each keep their own."""
+endpoint (same provider and `api_base`), halved on a rate-limit answer and raised by one after a window of
+successes, never below 1 nor above the agents' `concurrency`. Loop-agnostic (a lock and a short poll), so agents
+on different event loops of one process share it; the loop processes of `run --loops N` share it too, through
+counters in shared memory that the runner makes before it starts them (`shared` / `use`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 POLL_S = 0.005  # how often a call held back by the limit looks again
+HISTORY = 256  # changes of the limit kept per endpoint (each one a halving or a +1); later ones are counted only
+# the counters of one endpoint, in this order, then HISTORY (seconds, limit) pairs
+CEILING, LIMIT, INFLIGHT, STREAK, EPOCH, CHANGES, T0 = range(7)
+SLOTS = 7 + 2 * HISTORY
 
 
-@dataclass
+class _Cells(Protocol):
+    def __getitem__(self, i: int) -> float: ...
+    def __setitem__(self, i: int, v: float) -> None: ...
+
+
 class Aimd:
     """One endpoint's limit. A decrease counts once per congestion event: only a call that started under the
-    current limit's epoch can halve it, so a burst of 429s answered together halves it once, not to 1."""
+    current limit's epoch can halve it, so a burst of 429s answered together halves it once, not to 1. Its
+    counters live in `cells` under `lock`: a list in this process, or shared memory across loop processes."""
 
-    ceiling: int
-    limit: int = 0
-    inflight: int = 0
-    streak: int = 0
-    epoch: int = 0
-    history: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, limit) at each change
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _t0: float = field(default_factory=time.monotonic)
+    def __init__(self, ceiling: int, cells: _Cells | None = None, lock: Any = None) -> None:
+        if cells is None:
+            cells = [0.0] * SLOTS
+            cells[CEILING], cells[LIMIT], cells[T0], cells[CHANGES] = ceiling, ceiling, time.monotonic(), 1
+            cells[8] = ceiling  # history[0] = (0.0, ceiling)
+        self._c, self._lock = cells, lock if lock is not None else threading.Lock()
 
-    def __post_init__(self) -> None:
-        self.limit = self.limit or self.ceiling
-        self.history.append((0.0, self.limit))
+    @property
+    def ceiling(self) -> int:
+        return int(self._c[CEILING])
+
+    @ceiling.setter
+    def ceiling(self, value: int) -> None:
+        with self._lock:
+            self._c[CEILING] = value
+
+    @property
+    def limit(self) -> int:
+        return int(self._c[LIMIT])
+
+    @property
+    def inflight(self) -> int:
+        return int(self._c[INFLIGHT])
+
+    @property
+    def history(self) -> list[tuple[float, int]]:
+        """(seconds since start, limit) at each change, the first HISTORY of them."""
+        with self._lock:
+            n = min(int(self._c[CHANGES]), HISTORY)
+            return [(self._c[7 + 2 * i], int(self._c[8 + 2 * i])) for i in range(n)]
 
     async def acquire(self) -> int:
         """Wait for a slot; returns the epoch the call starts in (give it back to `release`)."""
+        c = self._c
         while True:
             with self._lock:
-                if self.inflight < self.limit:
-                    self.inflight += 1
-                    return self.epoch
+                if c[INFLIGHT] < c[LIMIT]:
+                    c[INFLIGHT] += 1
+                    return int(c[EPOCH])
             await asyncio.sleep(POLL_S)
 
     def release(self, epoch: int, rate_limited: bool) -> None:
+        c = self._c
         with self._lock:
-            self.inflight -= 1
+            c[INFLIGHT] -= 1
             if rate_limited:
-                self.streak = 0
-                if epoch == self.epoch and self.limit > 1:
-                    self._set(max(1, self.limit // 2))
+                c[STREAK] = 0
+                if epoch == c[EPOCH] and c[LIMIT] > 1:
+                    self._set(max(1, int(c[LIMIT]) // 2))
             else:
-                self.streak += 1
-                if self.streak >= self.limit and self.limit < self.ceiling:
-                    self.streak = 0
-                    self._set(self.limit + 1)
+                c[STREAK] += 1
+                if c[STREAK] >= c[LIMIT] and c[LIMIT] < c[CEILING]:
+                    c[STREAK] = 0
+                    self._set(int(c[LIMIT]) + 1)
 
     def _set(self, limit: int) -> None:
-        self.limit = limit
-        self.epoch += 1
-        self.history.append((round(time.monotonic() - self._t0, 3), limit))
+        c = self._c
+        c[LIMIT] = limit
+        c[EPOCH] += 1
+        n = int(c[CHANGES])
+        if n < HISTORY:
+            c[7 + 2 * n], c[8 + 2 * n] = round(time.monotonic() - c[T0], 3), limit
+        c[CHANGES] = n + 1
 
 
 _LIMITERS: dict[tuple[str, str], Aimd] = {}
@@ -74,6 +107,27 @@ def limiter(provider: str, api_base: str | None, ceiling: int) -> Aimd:
         elif ceiling > found.ceiling:
             found.ceiling = ceiling
         return found
+
+
+def endpoint(model: str, api_base: str | None) -> tuple[str, str]:
+    """The endpoint key of an agent: its model's provider prefix and its `api_base`."""
+    return model.split("/", 1)[0], api_base or ""
+
+
+def shared(ctx: Any, ceilings: dict[tuple[str, str], int]) -> dict[tuple[str, str], Any]:
+    """Counters in shared memory for each endpoint (a `ctx.Array` with its lock), to hand to loop processes."""
+    out = {}
+    for key, ceiling in ceilings.items():
+        arr = ctx.Array("d", Aimd(ceiling)._c)  # a fresh limiter's counters, now in shared memory
+        out[key] = arr
+    return out
+
+
+def use(arrays: dict[tuple[str, str], Any]) -> None:
+    """This process's limiters of those endpoints are the shared ones (the runner's and every loop process's)."""
+    with _LOCK:
+        for key, arr in arrays.items():
+            _LIMITERS[key] = Aimd(int(arr[CEILING]), arr.get_obj(), arr.get_lock())  # raw cells, under its lock
 
 
 def snapshot() -> dict[str, Any]:

@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from aft_bench.agents.endpoints import limiter
+from aft_bench.agents.endpoints import endpoint, limiter
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.common.secrets import REDACTED, holds_secret, redact
 from aft_bench.interface.tokens import count_tokens, litellm_module
@@ -408,7 +408,7 @@ class LLMAgent:
         attempt = 0
         waited = 0.0
         waits: list[dict[str, Any]] = []
-        gate = limiter(self.params.model.split("/", 1)[0], self.params.api_base,
+        gate = limiter(*endpoint(self.params.model, self.params.api_base),
                        self.params.concurrency) if self.params.adaptive else None
         while True:
             epoch = await gate.acquire() if gate is not None else 0

@@ -16,6 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from aft_bench.agents import endpoints
+from aft_bench.agents.llm import Params as LlmParams
+from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.lifetime import die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
@@ -91,11 +94,12 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
 
 
 def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits: dict[str, int], results: Any,
-                 stop: Any, spend: SharedSpend) -> None:
+                 stop: Any, spend: SharedSpend, gates: dict[tuple[str, str], Any]) -> None:
     """One event-loop process: its share of the cells, at most `limits[spec]` in flight, none started once the
-    shared spend reaches the ceiling or the runner sets `stop`; every outcome goes back as soon as it exists,
-    then a None."""
+    shared spend reaches the ceiling or the runner sets `stop`, adaptive endpoints limited by the runner's shared
+    counters (`gates`); every outcome goes back as soon as it exists, then a None."""
     die_with_parent()
+    endpoints.use(gates)
     try:
         matrix = load_matrix(config, Path(worlds))
         for item in concurrent(matrix, indices, Path(out), limits, lambda: STOP if stop.is_set() else spend.begin(),
@@ -103,6 +107,20 @@ def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits:
             results.put(item)
     finally:
         results.put(None)
+
+
+def adaptive_endpoints(matrix: Matrix, pending: list[int]) -> dict[tuple[str, str], int]:
+    """The endpoints (provider, api_base) that adaptive `llm` agents of `pending` call, each with the largest
+    `concurrency` among them (the ceiling of its limit)."""
+    out: dict[tuple[str, str], int] = {}
+    for spec in {matrix.cells[i].agent_spec for i in pending}:
+        agent = AgentSpec.parse(spec)
+        if agent.name != "llm" or not agent.params.get("adaptive"):
+            continue
+        params = LlmParams.model_validate(agent.params)
+        key = endpoints.endpoint(params.model, params.api_base)
+        out[key] = max(out.get(key, 0), params.concurrency)
+    return out
 
 
 def concurrent_processes(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, int], spend: Spend,
@@ -116,9 +134,11 @@ def concurrent_processes(matrix: Matrix, pending: list[int], out: Path, limits: 
     results = ctx.Queue()
     stop = ctx.Event()
     shared = spend.shared(ctx)
+    gates = endpoints.shared(ctx, adaptive_endpoints(matrix, pending))
+    endpoints.use(gates)  # the runner's own view, for the session record of the limit over time
     share = {s: max(1, n // loops) for s, n in limits.items()}
     procs = [ctx.Process(target=_loop_worker, args=(str(matrix.path), str(matrix.worlds_dir), str(out),
-                                                     pending[k::loops], share, results, stop, shared),
+                                                     pending[k::loops], share, results, stop, shared, gates),
                          daemon=True)
              for k in range(loops)]
     for proc in procs:
