@@ -124,7 +124,7 @@ def freeze(matrix: Matrix) -> Path:
     return path
 
 
-def check(matrix: Matrix) -> str | None:
+def check(matrix: Matrix, current: dict[str, str] | None = None) -> str | None:
     """The lock hash if the config is frozen and nothing changed; None if not frozen; else InputError."""
     path = lock_path(matrix.path)
     if not path.exists():
@@ -134,7 +134,7 @@ def check(matrix: Matrix) -> str | None:
     if not isinstance(frozen, dict) or not isinstance(lock.get("lock_hash"), str):
         raise InputError(path, "inputs", type(frozen).__name__, "not an aft-bench lock file (re-freeze it with "
                          "`aft-bench freeze`)")
-    current = inputs(matrix)
+    current = current if current is not None else inputs(matrix)  # a caller that has them already passes them
     changed = sorted(k for k in set(frozen) | set(current) if frozen.get(k) != current.get(k))
     if changed:
         shown = changed[:8] + ([f"... {len(changed) - 8} more"] if len(changed) > 8 else [])

@@ -36,8 +36,8 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
     ones in flight finish, results are written, and CeilingReached is raised. `scheduler` (`tcp://host:port` or
     `local[:N]`) runs the cells on a Dask cluster instead of this machine's executors: the same rows either way.
     """
-    lock_hash = freeze.check(matrix)
-    current_inputs = freeze.inputs(matrix)
+    current_inputs = freeze.inputs(matrix)  # hashed once: the lock check and the manifest share them
+    lock_hash = freeze.check(matrix, current_inputs)
     with RunDirectory(out) as rundir:
         try:
             manifest_data = rundir.admit(matrix, current_inputs, lock_hash)
