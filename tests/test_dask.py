@@ -370,3 +370,44 @@ def test_agents_sharing_a_provider_endpoint_share_its_cap_across_the_cluster(pla
     started = [cells[i].agent_spec for i, _n in driver.inflight.values()]
     assert started.count(a) + started.count(b) == 2 and started.count(c) == 2
     assert distributed.endpoint_of(_json.dumps({"name": "deterministic"})) is None
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_an_adaptive_endpoint_s_cap_across_the_cluster_follows_its_episodes(tmp_path: Path, adaptive: bool) -> None:
+    """With `adaptive`, the driver's cap on an endpoint's episodes in flight is an AIMD limit: an episode that
+    needed provider retries halves it (once for the episodes of one epoch), a window of clean episodes adds one,
+    and the limit over time is the session's record; without it (known negative) the cap stays the concurrency."""
+    import json as _json
+
+    from aft_bench.agents import endpoints
+
+    endpoints.forget()
+    spec = _json.dumps({"name": "llm", "model": "openai/m", "api_base": "http://127.0.0.1:1/v1",
+                        **({"adaptive": True} if adaptive else {})}, sort_keys=True)
+    cells = [type("Cell", (), {"agent_spec": spec, "run_id": f"r{i}"})() for i in range(12)]
+    fake = type("M", (), {"cells": cells})()
+    try:
+        driver = distributed.Driver(_Client(), fake, list(range(12)), tmp_path, "t", {spec: 4}, lambda: "start",
+                                    print)
+        driver.window = 10
+        driver._fill(_Pool())
+        assert len(driver.inflight) == 4
+        first, second = list(driver.inflight)[:2]
+        for future in (first, second):  # two episodes of one epoch needed retries: one halving, not two
+            driver.inflight.pop(future)
+            driver._freed(spec)
+            driver._adapt(future, {"agent_spec": spec, "retries": 1})
+        driver._fill(_Pool())
+        assert len(driver.inflight) == (2 if adaptive else 4)
+        if adaptive:
+            for future in list(driver.inflight):  # a window of 2 clean episodes at limit 2 adds one
+                driver.inflight.pop(future)
+                driver._freed(spec)
+                driver._adapt(future, {"agent_spec": spec, "retries": 0})
+            driver._fill(_Pool())
+            assert len(driver.inflight) == 3
+            assert [h[1] for h in endpoints.snapshot()["openai http://127.0.0.1:1/v1"]] == [4, 2, 3]
+        else:
+            assert endpoints.snapshot() == {}
+    finally:
+        endpoints.forget()

@@ -53,6 +53,10 @@ class Aimd:
         return int(self._c[INFLIGHT])
 
     @property
+    def epoch(self) -> int:
+        return int(self._c[EPOCH])
+
+    @property
     def history(self) -> list[tuple[float, int]]:
         """(seconds since start, limit) at each change, the first HISTORY of them."""
         with self._lock:
@@ -70,18 +74,27 @@ class Aimd:
             await asyncio.sleep(POLL_S)
 
     def release(self, epoch: int, rate_limited: bool) -> None:
-        c = self._c
         with self._lock:
-            c[INFLIGHT] -= 1
-            if rate_limited:
+            self._c[INFLIGHT] -= 1
+            self._observe(epoch, rate_limited)
+
+    def observe(self, epoch: int, rate_limited: bool) -> None:
+        """An outcome counted by someone who holds slots themselves (the Dask driver, per episode in flight)."""
+        with self._lock:
+            self._observe(epoch, rate_limited)
+
+    def _observe(self, epoch: int, rate_limited: bool) -> None:
+        """Halve on a rate limit (once per epoch, never below 1); +1 after a window of `limit` successes."""
+        c = self._c
+        if rate_limited:
+            c[STREAK] = 0
+            if epoch == c[EPOCH] and c[LIMIT] > 1:
+                self._set(max(1, int(c[LIMIT]) // 2))
+        else:
+            c[STREAK] += 1
+            if c[STREAK] >= c[LIMIT] and c[LIMIT] < c[CEILING]:
                 c[STREAK] = 0
-                if epoch == c[EPOCH] and c[LIMIT] > 1:
-                    self._set(max(1, int(c[LIMIT]) // 2))
-            else:
-                c[STREAK] += 1
-                if c[STREAK] >= c[LIMIT] and c[LIMIT] < c[CEILING]:
-                    c[STREAK] = 0
-                    self._set(int(c[LIMIT]) + 1)
+                self._set(int(c[LIMIT]) + 1)
 
     def _set(self, limit: int) -> None:
         c = self._c

@@ -20,6 +20,7 @@ from typing import Any
 
 from distributed import as_completed
 
+from aft_bench.agents import endpoints
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.secrets import redact
 from aft_bench.experiment import cluster, landing, shipping
@@ -88,6 +89,13 @@ class Driver:
         for spec, ep in self.endpoint.items():
             self.endpoint_cap[ep] = max(self.endpoint_cap.get(ep, 0), limits[spec])
         self.running_endpoint: Counter[Any] = Counter()
+        # an endpoint of adaptive agents: its cap is an AIMD limit on episodes in flight across the cluster,
+        # halved when an episode needed provider retries (a rate limit, timeout or server error), +1 after a window
+        # of episodes that needed none (per call, each worker process's agents also limit themselves)
+        self.adaptive: dict[tuple[str, str], endpoints.Aimd] = {
+            ep: endpoints.limiter(*ep, self.endpoint_cap[ep]) for spec, ep in self.endpoint.items()
+            if AgentSpec.parse(spec).params.get("adaptive")}
+        self.epoch_of: dict[Any, int] = {}  # future -> the limit's epoch when it was submitted
         self.done: set[str] = set()
         self.duplicates = 0
         self.stopped = False  # the spend ceiling: no new submission
@@ -118,7 +126,11 @@ class Driver:
                 future = next(pool)
                 index, n = self.inflight.pop(future)
                 self._freed(self.matrix.cells[index].agent_spec)
-                yield from self.settle(future, index, n)
+                for outcome in self.settle(future, index, n):
+                    if outcome[1] == "row":
+                        self._adapt(future, outcome[2])
+                    yield outcome
+                self.epoch_of.pop(future, None)
                 yield from self._late()
                 self._refresh()
                 self._fill(pool)
@@ -155,7 +167,10 @@ class Driver:
                                         key=key, pure=False, retries=0)
             self.inflight[future] = (index, n)
             self.running[cell.agent_spec] += 1
-            self.running_endpoint[self.endpoint.get(cell.agent_spec)] += 1
+            ep = self.endpoint.get(cell.agent_spec)
+            self.running_endpoint[ep] += 1
+            if ep in self.adaptive:
+                self.epoch_of[future] = self.adaptive[ep].epoch
             pool.add(future)
 
     def _next(self) -> int | None:
@@ -165,10 +180,22 @@ class Driver:
             if spec in self.limits and self.running[spec] >= self.limits[spec]:
                 continue
             ep = self.endpoint.get(spec)
-            if ep is not None and self.running_endpoint[ep] >= self.endpoint_cap[ep]:
+            if ep is not None and self.running_endpoint[ep] >= self._cap(ep):
                 continue
             return index
         return None
+
+    def _cap(self, ep: tuple[str, str]) -> int:
+        """Episodes of an endpoint allowed in flight: its adaptive limit, else the largest `concurrency`."""
+        gate = self.adaptive.get(ep)
+        return gate.limit if gate is not None else self.endpoint_cap[ep]
+
+    def _adapt(self, future: Any, row: dict[str, Any]) -> None:
+        """A finished episode of an adaptive endpoint moves its limit: down if it needed provider retries."""
+        epoch = self.epoch_of.get(future)
+        ep = self.endpoint.get(str(row.get("agent_spec")))
+        if epoch is not None and ep in self.adaptive:
+            self.adaptive[ep].observe(epoch, rate_limited=int(row.get("retries") or 0) > 0)
 
     def _freed(self, spec: str) -> None:
         self.running[spec] -= 1
