@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 POLL_S = 0.005  # how often a call held back by the limit looks again
 HISTORY = 256  # changes of the limit kept per endpoint (each one a halving or a +1); later ones are counted only
-# the counters of one endpoint, in this order, then HISTORY (seconds, limit) pairs
-CEILING, LIMIT, INFLIGHT, STREAK, EPOCH, CHANGES, T0 = range(7)
-SLOTS = 7 + 2 * HISTORY
+# the counters of one endpoint, in this order, then HISTORY (seconds, limit) pairs from index HIST
+CEILING, LIMIT, INFLIGHT, STREAK, EPOCH, CHANGES, T0, HIST = range(8)
+SLOTS = HIST + 2 * HISTORY
 
 
 class _Cells(Protocol):
@@ -32,7 +32,7 @@ class Aimd:
         if cells is None:
             cells = [0.0] * SLOTS
             cells[CEILING], cells[LIMIT], cells[T0], cells[CHANGES] = ceiling, ceiling, time.monotonic(), 1
-            cells[8] = ceiling  # history[0] = (0.0, ceiling)
+            cells[HIST + 1] = ceiling  # history[0] = (0.0, ceiling)
         self._c, self._lock = cells, lock if lock is not None else threading.Lock()
 
     @property
@@ -61,7 +61,7 @@ class Aimd:
         """(seconds since start, limit) at each change, the first HISTORY of them."""
         with self._lock:
             n = min(int(self._c[CHANGES]), HISTORY)
-            return [(self._c[7 + 2 * i], int(self._c[8 + 2 * i])) for i in range(n)]
+            return [(self._c[HIST + 2 * i], int(self._c[HIST + 2 * i + 1])) for i in range(n)]
 
     async def acquire(self) -> int:
         """Wait for a slot; returns the epoch the call starts in (give it back to `release`)."""
@@ -102,7 +102,7 @@ class Aimd:
         c[EPOCH] += 1
         n = int(c[CHANGES])
         if n < HISTORY:
-            c[7 + 2 * n], c[8 + 2 * n] = round(time.monotonic() - c[T0], 3), limit
+            c[HIST + 2 * n], c[HIST + 2 * n + 1] = round(time.monotonic() - c[T0], 3), limit
         c[CHANGES] = n + 1
 
 

@@ -30,6 +30,7 @@ def _short_exponent(out: bytes) -> bool:
     """Does `out` hold a float like `1e-7` (a digit, `e-`, one digit)?"""
     return any(m.start() and out[m.start() - 1] in b"0123456789" for m in _E_MINUS.finditer(out))
 
+
 try:
     import orjson
 
@@ -42,6 +43,17 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it, th
     _loads = json.loads
 
 
+def _encoded(value: Any) -> bytes | None:
+    """orjson's bytes of `value` unless orjson is absent, refuses it, or may spell one of its floats otherwise."""
+    if _dumps is None:
+        return None
+    try:
+        out = _dumps(value, option=_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: something the reference encoder handles or refuses itself
+        return None
+    return None if b"0.0000" in out or (b"e-" in out and _short_exponent(out)) else out
+
+
 def _fast(value: Any) -> bytes | None:
     """orjson's bytes of `value` when they are certainly the reference encoder's, else None."""
     out, _ = _fast_pair(value, parse=False)
@@ -50,11 +62,8 @@ def _fast(value: Any) -> bytes | None:
 
 def _fast_pair(value: Any, parse: bool) -> tuple[bytes | None, Any]:
     """`_fast(value)` and, when asked (or needed to rule out a NaN written as `null`), the value parsed back."""
-    try:
-        out = _dumps(value, option=_OPTIONS)  # type: ignore[misc]
-    except TypeError:  # orjson.JSONEncodeError: something the reference encoder handles or refuses itself
-        return None, None
-    if b"0.0000" in out or (b"e-" in out and _short_exponent(out)):
+    out = _encoded(value)
+    if out is None:
         return None, None
     copy = _loads(out) if parse or b"null" in out else None
     if b"null" in out and copy != value:  # a NaN or an infinity became null (or a tuple a list): the reference decides
@@ -73,7 +82,7 @@ PROBE: tuple[Any, ...] = (
 
 def agrees(value: Any) -> bool:
     """Does the fast path give `value` the reference encoder's bytes (or leave it to the reference)?"""
-    out = _fast(value) if _dumps is not None else None
+    out = _fast(value)
     return out is None or out == _reference(value).encode("utf-8")
 
 
@@ -83,13 +92,13 @@ if _dumps is not None and not all(agrees(v) for v in PROBE):  # pragma: no cover
 
 def canonical_bytes(value: Any) -> bytes:
     """The canonical JSON of `value` as UTF-8 bytes (what hashes are taken of)."""
-    out = _fast(value) if _dumps is not None else None
+    out = _fast(value)
     return out if out is not None else _reference(value).encode("utf-8")
 
 
 def canonical_json(value: Any) -> str:
     """Serialize with sorted keys, no whitespace and no NaN, so equal values give equal bytes."""
-    out = _fast(value) if _dumps is not None else None
+    out = _fast(value)
     return out.decode("utf-8") if out is not None else _reference(value)
 
 
@@ -102,7 +111,7 @@ def canonical_pair(value: Any) -> tuple[str, Any]:
     """The canonical JSON of `value` and a detached copy parsed from exactly that text (JSON-exact: tuples become
     lists, keys sorted). orjson parses what orjson wrote; anything else goes through the standard parser, which
     keeps integers beyond 64 bits exact where orjson would turn them into floats."""
-    out, copy = _fast_pair(value, parse=True) if _dumps is not None else (None, None)
+    out, copy = _fast_pair(value, parse=True)
     if out is not None:
         return out.decode("utf-8"), copy
     text = _reference(value)
@@ -116,7 +125,7 @@ class Frozen:
     __slots__ = ("text", "_fast")
 
     def __init__(self, value: Any) -> None:
-        out = _fast(value) if _dumps is not None else None
+        out = _fast(value)
         self.text: str = out.decode("utf-8") if out is not None else _reference(value)
         self._fast = out is not None
 
@@ -133,10 +142,5 @@ def parse_fast(text: str) -> Any:
 def recanonical(parsed: Any) -> str | None:
     """canonical_json of a value `parse_fast` returned (it holds no NaN or infinity, which orjson does not parse),
     or None where the reference encoder would have to decide."""
-    try:
-        out = _dumps(parsed, option=_OPTIONS) if _dumps is not None else None  # type: ignore[misc]
-    except TypeError:
-        return None
-    if out is None or b"0.0000" in out or (b"e-" in out and _short_exponent(out)):
-        return None
-    return out.decode("utf-8")
+    out = _encoded(parsed)
+    return out.decode("utf-8") if out is not None else None

@@ -21,11 +21,10 @@ from typing import Any
 from distributed import as_completed
 
 from aft_bench.agents import endpoints
-from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.secrets import redact
 from aft_bench.experiment import cluster, landing, shipping
 from aft_bench.experiment.config import Matrix
-from aft_bench.experiment.executors import Outcome
+from aft_bench.experiment.executors import Outcome, adaptive_endpoints, endpoint_of
 from aft_bench.experiment.spend import STOP, WAIT, Start
 
 MAX_ATTEMPTS = 3  # per tuple and session; a tuple that used them all stays pending, as a failed local one does
@@ -61,15 +60,6 @@ def ship(client: Any, matrix: Matrix) -> str:
     return shipped.token
 
 
-def endpoint_of(spec_json: str) -> tuple[str, str] | None:
-    """(provider, api_base) of an agent spec that calls a model provider, else None."""
-    params = AgentSpec.parse(spec_json).params
-    model = params.get("model")
-    if not isinstance(model, str) or "/" not in model:
-        return None
-    return model.split("/", 1)[0], str(params.get("api_base") or "")
-
-
 class Driver:
     """Submission, limits, retries and the dedupe of one session's cells on one cluster."""
 
@@ -93,8 +83,7 @@ class Driver:
         # halved when an episode needed provider retries (a rate limit, timeout or server error), +1 after a window
         # of episodes that needed none (per call, each worker process's agents also limit themselves)
         self.adaptive: dict[tuple[str, str], endpoints.Aimd] = {
-            ep: endpoints.limiter(*ep, self.endpoint_cap[ep]) for spec, ep in self.endpoint.items()
-            if AgentSpec.parse(spec).params.get("adaptive")}
+            ep: endpoints.limiter(*ep, self.endpoint_cap[ep]) for ep in adaptive_endpoints(limits)}
         self.epoch_of: dict[Any, int] = {}  # future -> the limit's epoch when it was submitted
         self.done: set[str] = set()
         self.duplicates = 0

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench.agents import endpoints
-from aft_bench.agents.llm import Params as LlmParams
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.lifetime import die_with_parent
 from aft_bench.common.secrets import redact
@@ -109,17 +108,23 @@ def _loop_worker(config: str, worlds: str, out: str, indices: list[int], limits:
         results.put(None)
 
 
-def adaptive_endpoints(matrix: Matrix, pending: list[int]) -> dict[tuple[str, str], int]:
-    """The endpoints (provider, api_base) that adaptive `llm` agents of `pending` call, each with the largest
-    `concurrency` among them (the ceiling of its limit)."""
+def endpoint_of(spec_json: str) -> tuple[str, str] | None:
+    """(provider, api_base) of an agent spec that calls a model provider, else None."""
+    params = AgentSpec.parse(spec_json).params
+    model = params.get("model")
+    if not isinstance(model, str) or "/" not in model:
+        return None
+    return endpoints.endpoint(model, str(params.get("api_base") or ""))
+
+
+def adaptive_endpoints(limits: dict[str, int]) -> dict[tuple[str, str], int]:
+    """The endpoints of the adaptive agents among `limits` (agent spec -> `concurrency`), each with the largest
+    `concurrency` of the agents that call it (the ceiling of its limit)."""
     out: dict[tuple[str, str], int] = {}
-    for spec in {matrix.cells[i].agent_spec for i in pending}:
-        agent = AgentSpec.parse(spec)
-        if agent.name != "llm" or not agent.params.get("adaptive"):
-            continue
-        params = LlmParams.model_validate(agent.params)
-        key = endpoints.endpoint(params.model, params.api_base)
-        out[key] = max(out.get(key, 0), params.concurrency)
+    for spec, concurrency in limits.items():
+        ep = endpoint_of(spec)
+        if ep is not None and AgentSpec.parse(spec).params.get("adaptive"):
+            out[ep] = max(out.get(ep, 0), concurrency)
     return out
 
 
@@ -134,7 +139,7 @@ def concurrent_processes(matrix: Matrix, pending: list[int], out: Path, limits: 
     results = ctx.Queue()
     stop = ctx.Event()
     shared = spend.shared(ctx)
-    gates = endpoints.shared(ctx, adaptive_endpoints(matrix, pending))
+    gates = endpoints.shared(ctx, adaptive_endpoints(limits))
     endpoints.use(gates)  # the runner's own view, for the session record of the limit over time
     share = {s: max(1, n // loops) for s, n in limits.items()}
     procs = [ctx.Process(target=_loop_worker, args=(str(matrix.path), str(matrix.worlds_dir), str(out),
