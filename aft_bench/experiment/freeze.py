@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,10 +91,18 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                                                                            ast.match_case))])
 
 
+# CPython before 3.11.8 can fail `ast.parse` run in two threads at once ("AST constructor recursion depth
+# mismatch", gh-106905): a Dask worker's threads rebuild a run's inputs concurrently, so parsing is serialized
+_PARSE = threading.Lock()
+
+
 def _imported(path: Path) -> set[str]:
     """The aft_bench modules a file imports (anywhere in it), and the packages they sit in."""
     out: set[str] = set()
-    for node in _statements(ast.parse(path.read_text()).body):
+    text = path.read_text()
+    with _PARSE:
+        tree = ast.parse(text)
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
