@@ -38,7 +38,9 @@ def test_a_recorded_stochastic_model_replays_to_identical_rows(tmp_path: Path, m
     tape = tmp_path / "run.cassette"
     try:
         cfg = _config(tmp_path, f"http://127.0.0.1:{srv.server_port}/v1", key_env=True)
-        assert main(["run", str(cfg), "--out", str(tmp_path / "live"), "--record", str(tape)]) == 0
+        code = main(["run", str(cfg), "--out", str(tmp_path / "live"), "--record", str(tape)])
+        failed = tmp_path / "live" / "failures.jsonl"
+        assert code == 0, failed.read_text() if failed.exists() else code
     finally:
         srv.shutdown()  # from here on no provider exists: the replay can only answer from the cassette
     live = pd.read_parquet(tmp_path / "live" / "results.parquet").set_index("run_id").sort_index()

@@ -155,9 +155,12 @@ def test_harness_failure_is_not_a_row_and_stays_pending(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(Backend, "commit", broken)
     out = tmp_path / "out"
+    capsys.readouterr()
     assert main(["run", str(SMOKE), "--out", str(out), "--worlds", str(WORLDS), "--workers", "1"]) == 1
     failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines()]
     assert failures and all(f["workload"] == "partial" for f in failures)
+    err = capsys.readouterr().err  # the log says why, without the folder: the last failure, in one line
+    assert f"run {failures[-1]['run_id']} failed: RuntimeError: backend exploded" in err and secret not in err
     assert secret not in (out / "failures.jsonl").read_text() and "[redacted]" in failures[0]["message"]
     rows = pd.read_parquet(out / "results.parquet")
     assert not set(f["run_id"] for f in failures) & set(rows["run_id"])

@@ -169,25 +169,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if missing:
-        if args.replay:
-            _say_replay_miss(out)
+        _say_failure(out)
         print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
               f"rerun the same command to resume", file=sys.stderr)
         return 1
     return 0
 
 
-def _say_replay_miss(out: Path) -> None:
-    """The first cassette miss of a replay, in one line: run, turn, request hash and the field that changed."""
+def _say_failure(out: Path) -> None:
+    """Why a tuple failed, in one line: the first cassette miss of a replay (run, turn, request hash and the field
+    that changed), else the last failure recorded (so a CI log says what went wrong without the folder)."""
     from aft_bench.agents.cassette import MISS
     from aft_bench.experiment.journal import read_records
 
+    last = None
     for f in read_records(out / "failures.jsonl"):
         text = str(f.get("message") or "")
         if MISS in text:
             print(f"aft-bench: replay miss in run {f.get('run_id')}: {text.split(MISS + ': ', 1)[-1]}",
                   file=sys.stderr)
             return
+        last = f
+    if last is not None:
+        said = _one_line(f"{last.get('error') or 'error'}: {last.get('message') or ''}", 400)
+        print(f"aft-bench: run {last.get('run_id')} failed: {said}", file=sys.stderr)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
