@@ -220,6 +220,12 @@ def routed_base(api_base: str | None) -> str | None:
     return api_base
 
 
+def _field(obj: Any, name: str) -> Any:
+    """`obj.name`, or None where a response, message or error leaves it out (one place for litellm's optional
+    attributes: a reply without usage, an exception without a status)."""
+    return getattr(obj, name, None)
+
+
 def _provider_message(exc: BaseException) -> str:
     """What a provider said with a non-transient error (a replay miss names its request), redacted and short."""
     text = str(getattr(exc, "message", "") or "")
@@ -413,6 +419,7 @@ class LLMAgent:
         while True:
             epoch = await gate.acquire() if gate is not None else 0
             t0 = time.perf_counter()
+            failure: Exception | None = None
             try:
                 call = litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
                                            **self.params.pricing(), timeout=self.params.timeout_s, num_retries=0,
@@ -421,43 +428,39 @@ class LLMAgent:
                     response = await asyncio.wait_for(call, self.params.timeout_s)
                 except TimeoutError:
                     raise CallDeadline(f"no complete answer within {self.params.timeout_s:g} s") from None
-                waited += time.perf_counter() - t0
-                if gate is not None:
-                    gate.release(epoch, rate_limited=False)
-                break
-            except asyncio.CancelledError:
-                if gate is not None:
-                    gate.release(epoch, rate_limited=False)
-                raise
             except Exception as exc:  # noqa: BLE001 - classified below; anything else is not ours to retry
+                failure = exc
+            finally:  # a success, a failure or a cancellation: the slot frees before any wait (a backoff holds none)
                 waited += time.perf_counter() - t0
-                kind = type(exc).__name__
-                status = getattr(exc, "status_code", None)
-                if gate is not None:  # the slot frees before any wait: a backoff holds no provider slot
-                    gate.release(epoch, rate_limited=kind == "RateLimitError" or status == 429)
-                if kind not in TRANSIENT or attempt >= self.params.retries:
-                    said = _provider_message(exc) if kind not in TRANSIENT else ""
-                    raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
-                                        f"on {self.params.model}{said}") from None
-                attempt += 1
-                asked = asked_wait(exc)  # the provider's Retry-After or reset header, if it sent one
-                delay = min(asked if asked is not None else
-                            self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5),
-                            self.params.max_backoff_s)
-                waits.append({"reason": "retry_after" if asked is not None else "backoff", "error": kind,
-                              "status": status, "seconds": round(delay, 6)})
-                await asyncio.sleep(delay)
-        usage = getattr(response, "usage", None)
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+                if gate is not None:  # litellm gives every RateLimitError status 429, and only those
+                    gate.release(epoch, rate_limited=_field(failure, "status_code") == 429)
+            if failure is None:
+                break
+            kind = type(failure).__name__
+            status = _field(failure, "status_code")
+            if kind not in TRANSIENT or attempt >= self.params.retries:
+                said = _provider_message(failure) if kind not in TRANSIENT else ""
+                raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
+                                    f"on {self.params.model}{said}") from None
+            attempt += 1
+            asked = asked_wait(failure)  # the provider's Retry-After or reset header, if it sent one
+            delay = min(asked if asked is not None else
+                        self.params.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5),
+                        self.params.max_backoff_s)
+            waits.append({"reason": "retry_after" if asked is not None else "backoff", "error": kind,
+                          "status": status, "seconds": round(delay, 6)})
+            await asyncio.sleep(delay)
+        usage = _field(response, "usage")
+        prompt = int(_field(usage, "prompt_tokens") or 0)
+        completion = int(_field(usage, "completion_tokens") or 0)
+        cost = (_field(response, "_hidden_params") or {}).get("response_cost")
         cost = float(cost) if isinstance(cost, (int, float)) else None
         message = response.choices[0].message
         scrub = self._scrubber()  # a provider that echoes the Authorization header: the key stops here
         calls = [{"id": c.id, "type": "function",
                   "function": {"name": scrub(c.function.name), "arguments": scrub(c.function.arguments)}}
-                 for c in (getattr(message, "tool_calls", None) or [])]
-        reply = {"content": scrub(getattr(message, "content", None)), "tool_calls": calls}
+                 for c in (_field(message, "tool_calls") or [])]
+        reply = {"content": scrub(_field(message, "content")), "tool_calls": calls}
         sent = len(request_text) + len(json.dumps(reply).encode())
         self._usage = self._usage + Usage(model_calls=1, prompt_tokens=prompt, completion_tokens=completion,
                                           cost_usd=cost, retries=attempt, latency_s=waited, model_bytes=sent,
