@@ -10,7 +10,7 @@ from typing import Any
 
 from aft_bench.common.errors import InputError
 
-SUITES = ("lite", "l2", "l3", "l3h", "l3x")
+SUITES = ("lite", "l2", "l3", "l3h", "l3x", "l3y")
 TABLE = [("cases", "{:d}"), ("tools", "{:d}"), ("micro_precision", "{:.3f}"), ("micro_recall", "{:.3f}"),
          ("micro_f1", "{:.3f}"), ("macro_f1", "{:.3f}"), ("naive_tokens", "{:,}"), ("compact_tokens", "{:,}"),
          ("router_tokens", "{:,.1f}"), ("reduction", "{:.2%}"), ("naive_chars4", "{:,.0f}"),
@@ -99,7 +99,7 @@ def cmd_catalog_resolve(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, catalog: argparse.ArgumentParser) -> None:
     re_ = sub.add_parser("route-eval", help="router selection quality and context tokens on a routing suite")
-    re_.add_argument("suite", help="lite, l2, l3, l3h or l3x (held out) or a suite file")
+    re_.add_argument("suite", help="lite, l2, l3, l3h, l3x or l3y (held out) or a suite file")
     re_.add_argument("--ranker", help="one ranker (default: every ranker)")
     re_.add_argument("--json", action="store_true", help="machine-readable, per ranker")
     re_.add_argument("--cases", action="store_true", help="with --json: each case's resolved session")

@@ -24,9 +24,11 @@ SHAPES: dict[str, tuple[int, int, int, str]] = {
     "l3": (25, 500, 3, "adversarial: negation, confusable families, read/write ambiguity"),
     "l3h": (25, 500, 4, "held out: l3's phenomena in phrasings written after the reranker was frozen"),
     "l3x": (25, 500, 5, "held out: l3's phenomena in requests written before the embedding ranker existed"),
+    "l3y": (25, 500, 6, "held out: l3's phenomena in everyday verbs, written before the transformer ranker"),
 }
-# held-out suite -> its own templates: l3h's never used to change the reranker, l3x's never to change any ranker
-HELD_OUT: dict[str, Path] = {"l3h": ROUTING / "templates_heldout.toml", "l3x": ROUTING / "templates_heldout2.toml"}
+# held-out suite -> its own templates: l3h's never used to change the reranker, l3x's and l3y's never to change any
+HELD_OUT: dict[str, Path] = {"l3h": ROUTING / "templates_heldout.toml", "l3x": ROUTING / "templates_heldout2.toml",
+                             "l3y": ROUTING / "templates_heldout3.toml"}
 
 
 class _Phrasings(BaseModel):
