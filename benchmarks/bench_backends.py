@@ -6,6 +6,12 @@ The matrix is configs/sqlite_replication.toml restricted to one backend at a tim
 processes. Two rates: the whole command (imports and start-up included) and the time inside the runs
 (median of the rows' wall_s: reset, calls, commits, trace, labels), which isolates the backend's own cost;
 the median leaves out the first run's one-off tokenizer import.
+
+    .venv/bin/python benchmarks/bench_backends.py --commits
+
+runs the SQLite matrix once in this process with the dialect's COMMIT timed: how many durable commits a run
+makes (every invocation checkpoint and every effect is one, synchronous=FULL) and how long they take, which is
+the floor of a SQLite run under the same durability semantics.
 """
 
 from __future__ import annotations
@@ -20,7 +26,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def commits() -> None:
+    """Durable commits per SQLite run and the time spent in them (the fsync floor of a run)."""
+    from sqlalchemy.engine.default import DefaultDialect
+
+    spent = {"n": 0, "s": 0.0}
+    commit = DefaultDialect.do_commit
+
+    def timed(self: DefaultDialect, dbapi_connection: object) -> None:
+        t = time.perf_counter()
+        commit(self, dbapi_connection)
+        spent["s"] += time.perf_counter() - t
+        spent["n"] += 1
+
+    DefaultDialect.do_commit = timed  # type: ignore[method-assign]
+    import pandas as pd
+
+    from aft_bench.cli.main import main as cli
+
+    base = (ROOT / "configs" / "sqlite_replication.toml").read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "sqlite.toml"
+        cfg.write_text(re.sub(r"backends = \[.*\]", 'backends = ["sqlite"]', base))
+        assert cli(["run", str(cfg), "--out", f"{tmp}/out", "--workers", "1"]) == 0
+        rows = pd.read_parquet(f"{tmp}/out/results.parquet")
+    n = len(rows)
+    print(f"sqlite runs={n}  commits per run {spent['n'] / n:.1f}  time in COMMIT per run "
+          f"{spent['s'] / n * 1000:.2f} ms ({spent['s'] / spent['n'] * 1000:.3f} ms each)  "
+          f"median run {rows['wall_s'].median() * 1000:.1f} ms")
+
+
 def main() -> None:
+    if "--commits" in sys.argv[1:]:
+        commits()
+        return
     base = (ROOT / "configs" / "sqlite_replication.toml").read_text()
     exe = Path(sys.executable).with_name("aft-bench")
     rates = {}
