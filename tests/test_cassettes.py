@@ -26,8 +26,11 @@ def _config(tmp_path: Path, base: str, key_env: bool = False) -> Path:
     cfg.write_text('[experiment]\nid = "cassette"\ncomparisons = ["duplicate_effects", "terminal_verification"]\n'
                    'tasks_per_workload = 2\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/fake-capability"\n'
                    f'api_base = "{base}"\n' + ('api_key_env = "CASSETTE_TEST_API_KEY"\n' if key_env else "") +
-                   'concurrency = 4\nretries = 8\n'
-                   'backoff_s = 0.01\n')
+                   # 21 attempts with short waits: the fake's seeded failures come in arrival order, so the first
+                   # calls of a run see the same early streak (seed 7 begins 10 failures in 16) and 9 attempts
+                   # ran out in about 1.5 % of runs, a correct ProviderError that failed the test
+                   'concurrency = 4\nretries = 20\n'
+                   'backoff_s = 0.01\nmax_backoff_s = 0.05\n')
     return cfg
 
 
