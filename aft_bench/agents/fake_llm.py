@@ -11,7 +11,13 @@ Policies (the request's model name is `fake-<policy>`):
 * `blind`: naive, and it ignores discovery too, so under selective discovery it never reaches a business tool (a
   null agent: what the analysis must flag, never read as a result);
 * `overclaim`: the capability policy, but it always ends claiming success;
-* `invalid`: first an unknown tool, then arguments that are not JSON, then the capability policy.
+* `invalid`: first an unknown tool, then arguments that are not JSON, then the capability policy;
+* `programmer`: where the surface offers `run_program`, it writes the task as one program (from the plan it
+  understood and the tools it is shown, never the task's reference program), resubmits it after a failure
+  (replay keeps completed writes from running twice) and, once programs are refused or its attempts are spent,
+  makes the remaining calls stepwise as the capability policy; elsewhere it is the capability policy;
+* `broken`: the programmer, but its first program has a mistake (`agents/program_writer.py`: an undeclared
+  tool, a write labelled READ, a type error it repeats until the budget is spent, a runaway loop).
 Failures are injected at a seeded rate (HTTP 429, 500, a timeout, a dropped connection) and every reply can
 be delayed, for the retry tests and the concurrency benchmark.
 
@@ -41,14 +47,18 @@ from typing import Any
 
 from aft_bench.agents.deterministic import DeterministicAgent, Params
 from aft_bench.agents.llm import RESTARTED
+from aft_bench.agents.program_writer import (FIRST_PROGRAM, broken_kind, completed_before_failure, plan_calls,
+                                             program_status, written_program)
 from aft_bench.agents.protocol import Action, Call, End
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.secrets import redact_json
 from aft_bench.interface.interface import KEY_PARAM, VERSION_PARAM
+from aft_bench.interface.programs import MAX_ATTEMPTS
 from aft_bench.interface.tools import Observation, ToolSpec
 from aft_bench.tasks.task import Brief, Script
 
-POLICIES = ("capability", "naive", "keyless", "blind", "overclaim", "invalid")
+POLICIES = ("capability", "naive", "keyless", "blind", "overclaim", "invalid", "programmer", "broken")
+PROGRAMMERS = frozenset({"programmer", "broken"})
 FAILURES = ("429", "500", "timeout", "drop")
 LIFECYCLE = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect"})
 NOT_BUSINESS = frozenset({"get_invocation_status", "resume_invocation", "list_invocations", "verify_effect",
@@ -297,30 +307,15 @@ class FakeModel:
             shown = [s for s in shown if s["name"] not in ignored]
         specs = [ToolSpec(s["name"], s.get("description", ""), s.get("parameters", {}),
                           "discovery" if s["name"] in NOT_BUSINESS else "business") for s in shown]
+        if policy in PROGRAMMERS and any(s["name"] == "run_program" for s in shown):
+            move, script, messages = self._programmer(policy, task_id, script, messages, shown)
+            if move is not None:
+                return move
         agent = DeterministicAgent(Params(), script)
         _run(agent.start(Brief(task_id, spec, {}), specs))
         if RESTARTED in brief:
             _run(agent.restart(specs))
-        obs: Observation | None = None
-        sent_noise = 0
-        skip_reply = False
-        for m in messages:  # the system/brief messages match none of these
-            role = m.get("role")
-            if role == "user" and _text(m.get("content")).startswith("The last tool call before the restart"):
-                obs = Observation(observed(_text(m["content"]).split("returned: ", 1)[1]))
-            elif role == "assistant" and m.get("tool_calls"):
-                fn = m["tool_calls"][0]["function"]
-                if fn["name"] == NOISE[0] or fn["arguments"] == NOISE[1]:
-                    sent_noise += 1
-                    skip_reply = True
-                    continue
-                _run(agent.act(obs))
-                obs = None
-            elif role == "tool":
-                if skip_reply:
-                    skip_reply = False
-                    continue
-                obs = Observation(observed(m.get("content")))
+        obs, sent_noise = _replay(agent, messages)
         if policy == "invalid" and sent_noise < 2:
             return (NOISE[0], "{}") if sent_noise == 0 else ("get_order", NOISE[1])
         action = _run(agent.act(obs))
@@ -329,6 +324,32 @@ class FakeModel:
         if policy == "keyless" and isinstance(action, Call):
             return _without_guards(action)
         return action
+
+    @staticmethod
+    def _programmer(policy: str, task_id: str, script: Script, messages: list[dict[str, Any]],
+                    shown: list[dict[str, Any]]) -> tuple[Action | None, Script, list[dict[str, Any]]]:
+        """The program-writing policies' move: a (re)submitted program, the end after one completed, or None and
+        what the stepwise fallback replays (the plan calls the programs did not complete, the conversation after
+        the last program) once programs are refused or the attempt budget is spent."""
+        results, last = [], -1
+        for i, m in enumerate(messages):
+            if m.get("role") == "tool" and m.get("tool_call_id") in _program_calls(messages):
+                results.append(program_status(observed(m.get("content"))))
+                last = i
+        if results and results[-1][0] == "ok":
+            return End("finish", "success"), script, messages
+        ran = sum(1 for status, _ in results if status == "error_run")
+        refused = any("continue stepwise" in detail or "attempt budget" in detail for _, detail in results)
+        kind = broken_kind(task_id) if policy == "broken" else None
+        if not refused and ran < MAX_ATTEMPTS:
+            mistake = FIRST_PROGRAM.get(kind or "", kind) if not results else ("changed_write" if kind ==
+                                                                                "changed_write" else None)
+            keyed = [s["name"] for s in shown if KEY_PARAM in (s.get("parameters") or {}).get("properties", {})]
+            return (Call("run_program", {"source": written_program(task_id, script.plan, keyed, mistake)}),
+                    script, messages)
+        done = {i for i, _ in plan_calls(script.plan)[:completed_before_failure(script.plan, kind)]}
+        rest = tuple(s for i, s in enumerate(script.plan) if i not in done)
+        return None, Script(plan=rest, oracle=script.oracle), messages[:2] + messages[last + 1:]
 
     @staticmethod
     def _described(messages: list[dict[str, Any]]) -> set[str]:
@@ -362,6 +383,38 @@ class FakeModel:
                 elif not str(seen).startswith(("ERROR", "TIMEOUT", "INTERRUPTED", "Unknown tool")):
                     return str(seen)
         return None
+
+
+def _program_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """Ids of the conversation's run_program calls."""
+    return {c.get("id") for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
+            if c.get("function", {}).get("name") == "run_program"}
+
+
+def _replay(agent: DeterministicAgent, messages: list[dict[str, Any]]) -> tuple[Observation | None, int]:
+    """Drive `agent` through the conversation's earlier turns; returns the observation it is to act on next and
+    how many of the `invalid` policy's noise calls were sent."""
+    obs: Observation | None = None
+    sent_noise = 0
+    skip_reply = False
+    for m in messages:  # the system/brief messages match none of these
+        role = m.get("role")
+        if role == "user" and _text(m.get("content")).startswith("The last tool call before the restart"):
+            obs = Observation(observed(_text(m["content"]).split("returned: ", 1)[1]))
+        elif role == "assistant" and m.get("tool_calls"):
+            fn = m["tool_calls"][0]["function"]
+            if fn["name"] == NOISE[0] or fn["arguments"] == NOISE[1]:
+                sent_noise += 1
+                skip_reply = True
+                continue
+            _run(agent.act(obs))
+            obs = None
+        elif role == "tool":
+            if skip_reply:
+                skip_reply = False
+                continue
+            obs = Observation(observed(m.get("content")))
+    return obs, sent_noise
 
 
 _LOG_LOCK = threading.Lock()
