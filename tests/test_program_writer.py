@@ -99,3 +99,28 @@ def test_the_programmer_without_mistakes_runs_one_program_per_task(tmp_path: Pat
     df = _rows(tmp_path / "o")
     assert (df["mode"] == "program").all() and (df["program_attempts"] == 1).all()
     assert (df["outcome"] == "completed").all() and df["duplicate_effects"].sum() == 0
+
+
+@pytest.mark.parametrize("policy", ["broken", "programmer"])
+def test_with_keys_and_under_selective_discovery_every_run_completes_once(tmp_path: Path, policy: str) -> None:
+    """Keyed tools: the stepwise fallback keeps each step's own key (a shifted key would answer a later write
+    with an earlier one's result). Selective discovery: the plan's tools are not yet loaded, validation refuses
+    even a correct program, and the model goes stepwise instead of resubmitting it."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[experiment]\nid = "keys"\nworkloads = ["program_repair"]\n'
+                   'conditions = ["I0-program-replay-keys", "I5-program-replay"]\nseeds = [0]\n'
+                   f'[[experiment.agents]]\nname = "llm"\nmodel = "openai/fake-{policy}"\napi_base = "offline"\n'
+                   'concurrency = 16\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 0
+    df = _rows(tmp_path / "o")
+    assert len(df) == 32 and (df["outcome"] == "completed").all() and df["duplicate_effects"].sum() == 0
+    selective = df[df["condition"] == "I5-program-replay"]
+    assert (selective["program_attempts"] == 0).all() and (selective["model_turns"] < 13).all()
+
+
+def test_the_broken_policy_s_mistake_per_submission() -> None:
+    from aft_bench.agents.program_writer import mistake_of
+
+    assert [mistake_of("changed_write", j) for j in range(3)] == ["type_error", "changed_write", "changed_write"]
+    assert [mistake_of("undeclared_tool", j) for j in range(2)] == ["undeclared_tool", None]
+    assert [mistake_of(None, j) for j in range(2)] == [None, None]

@@ -59,6 +59,12 @@ class DeterministicAgent:
         self._shown = {t.name for t in surface}
         self._state = init(brief.task_id, self.plan, surface, max_attempts=self.params.max_attempts)
 
+    def skip(self, steps: int) -> None:
+        """Begin at plan step `steps`: the steps before it were done another way (a program of the same client
+        completed them), so their idempotency keys stay those of their own steps."""
+        assert self._state is not None
+        self._state = replace(self._state, step=steps)
+
     async def restart(self, surface: Sequence[ToolSpec]) -> None:
         assert self._brief is not None
         self._shown = {t.name for t in surface}

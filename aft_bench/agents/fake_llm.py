@@ -14,10 +14,12 @@ Policies (the request's model name is `fake-<policy>`):
 * `invalid`: first an unknown tool, then arguments that are not JSON, then the capability policy;
 * `programmer`: where the surface offers `run_program`, it writes the task as one program (from the plan it
   understood and the tools it is shown, never the task's reference program), resubmits it after a failure
-  (replay keeps completed writes from running twice) and, once programs are refused or its attempts are spent,
-  makes the remaining calls stepwise as the capability policy; elsewhere it is the capability policy;
+  (replay keeps completed writes from running twice) and, once programs are refused for good or its attempts
+  are spent, makes the calls its programs did not complete stepwise as the capability policy (as far as the
+  results show them: a text result does not); elsewhere it is the capability policy;
 * `broken`: the programmer, but its first program has a mistake (`agents/program_writer.py`: an undeclared
-  tool, a write labelled READ, a type error it repeats until the budget is spent, a runaway loop).
+  tool, a write labelled READ, a type error after the first write, a runaway loop, or the type error and then a
+  repair that changes the completed write, which replay refuses: the stepwise fallback).
 Failures are injected at a seeded rate (HTTP 429, 500, a timeout, a dropped connection) and every reply can
 be delayed, for the retry tests and the concurrency benchmark.
 
@@ -47,8 +49,9 @@ from typing import Any
 
 from aft_bench.agents.deterministic import DeterministicAgent, Params
 from aft_bench.agents.llm import RESTARTED
-from aft_bench.agents.program_writer import (FIRST_PROGRAM, broken_kind, completed_before_failure, plan_calls,
-                                             program_status, written_program)
+from aft_bench.agents.program_writer import (REFUSED_BY_DESIGN, broken_kind, completed_before_failure,
+                                             completed_calls, mistake_of, plan_calls, program_status,
+                                             written_program)
 from aft_bench.agents.protocol import Action, Call, End
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.secrets import redact_json
@@ -307,14 +310,17 @@ class FakeModel:
             shown = [s for s in shown if s["name"] not in ignored]
         specs = [ToolSpec(s["name"], s.get("description", ""), s.get("parameters", {}),
                           "discovery" if s["name"] in NOT_BUSINESS else "business") for s in shown]
+        done = 0
         if policy in PROGRAMMERS and any(s["name"] == "run_program" for s in shown):
-            move, script, messages = self._programmer(policy, task_id, script, messages, shown)
+            move, done, messages = self._programmer(policy, task_id, script, messages, shown)
             if move is not None:
                 return move
         agent = DeterministicAgent(Params(), script)
         _run(agent.start(Brief(task_id, spec, {}), specs))
         if RESTARTED in brief:
             _run(agent.restart(specs))
+        if done:  # the stepwise fallback begins after the steps the programs completed, with their own keys
+            agent.skip(done)
         obs, sent_noise = _replay(agent, messages)
         if policy == "invalid" and sent_noise < 2:
             return (NOISE[0], "{}") if sent_noise == 0 else ("get_order", NOISE[1])
@@ -327,29 +333,35 @@ class FakeModel:
 
     @staticmethod
     def _programmer(policy: str, task_id: str, script: Script, messages: list[dict[str, Any]],
-                    shown: list[dict[str, Any]]) -> tuple[Action | None, Script, list[dict[str, Any]]]:
-        """The program-writing policies' move: a (re)submitted program, the end after one completed, or None and
-        what the stepwise fallback replays (the plan calls the programs did not complete, the conversation after
-        the last program) once programs are refused or the attempt budget is spent."""
+                    shown: list[dict[str, Any]]) -> tuple[Action | None, int, list[dict[str, Any]]]:
+        """The program-writing policies' move: a (re)submitted program, or the end once one completed; else None
+        with what the stepwise fallback needs: the plan steps the programs completed (as far as their results
+        show, or the model knows from where its own mistake was) and the conversation after the last program.
+        It falls back once programs are refused for good (replay disabled, the attempt budget spent, or a
+        program without a mistake refused by validation) or its attempts are spent."""
+        ids = _program_calls(messages)
         results, last = [], -1
         for i, m in enumerate(messages):
-            if m.get("role") == "tool" and m.get("tool_call_id") in _program_calls(messages):
-                results.append(program_status(observed(m.get("content"))))
+            if m.get("role") == "tool" and m.get("tool_call_id") in ids:
+                results.append(observed(m.get("content")))
                 last = i
-        if results and results[-1][0] == "ok":
-            return End("finish", "success"), script, messages
-        ran = sum(1 for status, _ in results if status == "error_run")
-        refused = any("continue stepwise" in detail or "attempt budget" in detail for _, detail in results)
+        statuses = [program_status(r) for r in results]
+        if statuses and statuses[-1][0] == "ok":
+            return End("finish", "success"), 0, messages
         kind = broken_kind(task_id) if policy == "broken" else None
+        mistakes = [mistake_of(kind, j) for j in range(len(results) + 1)]
+        ran = sum(1 for status, _ in statuses if status == "error_run")
+        refused = any("continue stepwise" in detail or "attempt budget" in detail or  # refused for something
+                      (status == "error_refused" and mistakes[j] not in REFUSED_BY_DESIGN)  # it cannot repair
+                      for j, (status, detail) in enumerate(statuses))
         if not refused and ran < MAX_ATTEMPTS:
-            mistake = FIRST_PROGRAM.get(kind or "", kind) if not results else ("changed_write" if kind ==
-                                                                                "changed_write" else None)
             keyed = [s["name"] for s in shown if KEY_PARAM in (s.get("parameters") or {}).get("properties", {})]
-            return (Call("run_program", {"source": written_program(task_id, script.plan, keyed, mistake)}),
-                    script, messages)
-        done = {i for i, _ in plan_calls(script.plan)[:completed_before_failure(script.plan, kind)]}
-        rest = tuple(s for i, s in enumerate(script.plan) if i not in done)
-        return None, Script(plan=rest, oracle=script.oracle), messages[:2] + messages[last + 1:]
+            source = written_program(task_id, script.plan, keyed, mistakes[len(results)])
+            return Call("run_program", {"source": source}), 0, messages
+        known = completed_before_failure(script.plan, kind) if statuses and statuses[0][0] == "error_run" else 0
+        done = max([completed_calls(r) for r in results] + [known])  # what ran, as results or its author know
+        calls = plan_calls(script.plan)
+        return None, (calls[done][0] if done < len(calls) else len(script.plan)), messages[last + 1:]
 
     @staticmethod
     def _described(messages: list[dict[str, Any]]) -> set[str]:

@@ -22,6 +22,7 @@ from aft_bench.tasks.task import PlanStep
 # the model makes the remaining calls stepwise)
 BROKEN_KINDS = ("undeclared_tool", "wrong_effect", "type_error", "runaway_loop", "changed_write")
 FIRST_PROGRAM = {"changed_write": "type_error"}  # the first program's mistake when it is not the kind's own
+REFUSED_BY_DESIGN = frozenset({"undeclared_tool", "wrong_effect"})  # mistakes validation is meant to refuse
 
 
 def broken_kind(task_id: str) -> str:
@@ -63,6 +64,15 @@ def written_program(task_id: str, plan: Sequence[PlanStep], keyed: Sequence[str]
     return "\n".join(lines)
 
 
+def mistake_of(kind: str | None, submission: int) -> str | None:
+    """The mistake in the `broken` policy's `submission`-th program (0: the first) on a task of this kind."""
+    if kind is None:
+        return None
+    if submission == 0:
+        return FIRST_PROGRAM.get(kind, kind)
+    return kind if kind == "changed_write" else None  # its repair changes the completed write; others are fixed
+
+
 def completed_before_failure(plan: Sequence[PlanStep], kind: str | None) -> int:
     """How many of the plan's calls the model's failed first program had completed, as its author knows from
     where its mistake was: through the first write for a type error, none when validation refused it."""
@@ -71,6 +81,16 @@ def completed_before_failure(plan: Sequence[PlanStep], kind: str | None) -> int:
     calls = plan_calls(plan)
     first_write = next((n for n, (_, s) in enumerate(calls) if not s.read), len(calls) - 1)
     return first_write + 1
+
+
+def completed_calls(result: Any) -> int:
+    """How many of a straight-line program's calls completed, from a structured result's `calls_made` (a
+    replayed write counts; the last call does not when it is the write whose check failed); 0 for a text
+    result, which does not say."""
+    if not isinstance(result, dict):
+        return 0
+    made = result.get("calls_made") or []
+    return max(0, len(made) - (1 if "did not succeed" in str(result.get("detail", "")) else 0))
 
 
 def program_status(seen: Any) -> tuple[str, str]:

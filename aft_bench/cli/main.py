@@ -169,21 +169,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if missing:
-        _say_failure(out)
+        _say_failure(out, {str(r["run_id"]) for r in rows})
         print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
               f"rerun the same command to resume", file=sys.stderr)
         return 1
     return 0
 
 
-def _say_failure(out: Path) -> None:
+def _say_failure(out: Path, recorded: set[str]) -> None:
     """Why a tuple failed, in one line: the first cassette miss of a replay (run, turn, request hash and the field
-    that changed), else the last failure recorded (so a CI log says what went wrong without the folder)."""
+    that changed), else the last failure of a tuple still pending (so a CI log says what went wrong without the
+    folder; a failure an earlier session since recovered from is not it)."""
     from aft_bench.agents.cassette import MISS
     from aft_bench.experiment.journal import read_records
 
     last = None
     for f in read_records(out / "failures.jsonl"):
+        if str(f.get("run_id")) in recorded:
+            continue
         text = str(f.get("message") or "")
         if MISS in text:
             print(f"aft-bench: replay miss in run {f.get('run_id')}: {text.split(MISS + ': ', 1)[-1]}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,13 @@ def cmd_route_eval(args: argparse.Namespace) -> int:
         if r not in RANKERS:
             raise InputError("--ranker", "--ranker", r, f"unknown ranker; known: {', '.join(RANKERS)}")
     suite = load_suite(args.suite)
-    rows = [evaluate(suite, r) for r in rankers]
+    from aft_bench.interface.minilm import ModelMissing
+
+    try:
+        rows = [evaluate(suite, r) for r in rankers]
+    except ModelMissing as exc:  # a ranker's packaged model is not installed: one line, before any output
+        print(f"aft-bench: error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({r["ranker"]: {k: v for k, v in r.items() if k != "per_case" or args.cases}
                           for r in rows}, indent=2))

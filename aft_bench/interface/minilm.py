@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import struct
 import threading
 from functools import lru_cache
@@ -63,7 +64,7 @@ def read_safetensors(data: bytes) -> dict[str, np.ndarray]:
 
 @lru_cache(maxsize=1)
 def _model() -> tuple[object, dict[str, np.ndarray]]:
-    """(tokenizer, weights), loaded and verified once per process (about 0.5 s)."""
+    """(tokenizer, weights), loaded and verified once per process (about 0.6 s)."""
     from tokenizers import Tokenizer
 
     folder = model_dir()
@@ -91,7 +92,7 @@ def _dense(x: np.ndarray, w: dict[str, np.ndarray], name: str) -> np.ndarray:
 def _gelu(x: np.ndarray) -> np.ndarray:
     from scipy.special import erf  # BERT's exact GELU
 
-    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))  # a Python float keeps the array float32 (NEP 50)
 
 
 _SEEN: dict[str, np.ndarray] = {}  # text -> embedding: a catalog's cards are encoded once per process
@@ -103,14 +104,16 @@ def similarity(query: str, texts: tuple[str, ...]) -> np.ndarray:
     """Cosine similarity of `query` to each text, rounded to 6 places so ties do not hang on float noise."""
     if not texts:
         return np.zeros(0)
-    todo = sorted({t for t in (query, *texts) if t not in _SEEN}, key=len)  # similar lengths pad little
+    wanted = {t: _SEEN.get(t) for t in (query, *texts)}
+    todo = sorted((t for t, v in wanted.items() if v is None), key=len)  # similar lengths pad little
+    if len(_SEEN) + len(todo) > SEEN_MAX:
+        _SEEN.clear()  # what this call needs is held in `wanted`
     for i in range(0, len(todo), BATCH):
         chunk = todo[i:i + BATCH]
-        if len(_SEEN) + len(chunk) > SEEN_MAX:
-            _SEEN.clear()
-        _SEEN.update(zip(chunk, encode(chunk)))
-    vectors = np.stack([_SEEN[t] for t in texts]).astype(np.float64)
-    return np.round(vectors @ _SEEN[query].astype(np.float64), 6)
+        for t, v in zip(chunk, encode(chunk)):
+            wanted[t] = _SEEN[t] = v
+    vectors = np.stack([wanted[t] for t in texts]).astype(np.float64)
+    return np.round(vectors @ wanted[query].astype(np.float64), 6)
 
 
 def encode(texts: list[str]) -> np.ndarray:
@@ -133,7 +136,7 @@ def encode(texts: list[str]) -> np.ndarray:
     for i in range(LAYERS):
         p = f"encoder.layer.{i}"
         q, k, v = (heads(_dense(x, w, f"{p}.attention.self.{m}")) for m in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(width) + blocked
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width) + blocked
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         context = (scores / scores.sum(-1, keepdims=True)) @ v
         context = context.transpose(0, 2, 1, 3).reshape(n, length, -1)
