@@ -49,9 +49,16 @@ from typing import Any
 
 from aft_bench.agents.deterministic import DeterministicAgent, Params
 from aft_bench.agents.llm import RESTARTED
-from aft_bench.agents.program_writer import (REFUSED_BY_DESIGN, broken_kind, completed_before_failure,
-                                             completed_calls, mistake_of, plan_calls, program_status,
-                                             written_program)
+from aft_bench.agents.program_writer import (
+    REFUSED_BY_DESIGN,
+    broken_kind,
+    completed_before_failure,
+    completed_calls,
+    mistake_of,
+    plan_calls,
+    program_status,
+    written_program,
+)
 from aft_bench.agents.protocol import Action, Call, End
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.secrets import redact_json
@@ -339,7 +346,7 @@ class FakeModel:
         show, or the model knows from where its own mistake was) and the conversation after the last program.
         It falls back once programs are refused for good (replay disabled, the attempt budget spent, or a
         program without a mistake refused by validation) or its attempts are spent."""
-        ids = _program_calls(messages)
+        ids = _call_ids(messages, "run_program")
         results, last = [], -1
         for i, m in enumerate(messages):
             if m.get("role") == "tool" and m.get("tool_call_id") in ids:
@@ -384,8 +391,7 @@ class FakeModel:
     def _reported(messages: list[dict[str, Any]]) -> str | None:
         """The answer to this conversation's report_outcome call, once it has one that is not an error (the
         episode is over: the model ends its turn in text); None while there is none."""
-        calls = {c.get("id") for m in messages if m.get("role") == "assistant"
-                 for c in m.get("tool_calls") or [] if c.get("function", {}).get("name") == "report_outcome"}
+        calls = _call_ids(messages, "report_outcome")
         for m in messages:
             if m.get("role") == "tool" and m.get("tool_call_id") in calls:
                 seen = observed(m.get("content"))
@@ -397,10 +403,10 @@ class FakeModel:
         return None
 
 
-def _program_calls(messages: list[dict[str, Any]]) -> set[str]:
-    """Ids of the conversation's run_program calls."""
+def _call_ids(messages: list[dict[str, Any]], tool: str) -> set[str]:
+    """Ids of the conversation's calls of `tool`."""
     return {c.get("id") for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
-            if c.get("function", {}).get("name") == "run_program"}
+            if c.get("function", {}).get("name") == tool}
 
 
 def _replay(agent: DeterministicAgent, messages: list[dict[str, Any]]) -> tuple[Observation | None, int]:

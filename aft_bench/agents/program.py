@@ -66,17 +66,23 @@ def _bytes(value: Any) -> int:
     return len(canonical_json(value).encode("utf-8"))
 
 
+def program_result(content: Any) -> tuple[str, str, str]:
+    """(status, error code, detail) of a run_program result, structured or text."""
+    if isinstance(content, dict):
+        return str(content.get("status")), str(content.get("error", "")), str(content.get("detail", ""))
+    head, _, detail = str(content).partition(":")
+    if head == "OK":
+        return "ok", "", ""
+    if head.startswith("ERROR"):
+        return "error", head.removeprefix("ERROR").strip(), detail.strip()
+    return "timeout", "", detail.strip()
+
+
 def _status(obs: Observation | None) -> tuple[str, str]:
     """(status, error code) of a run_program result, structured or text."""
     if obs is None:
         return "none", ""
-    c = obs.content
-    if isinstance(c, dict):
-        return str(c.get("status")), str(c.get("error", ""))
-    head = str(c).split(":", 1)[0]
-    if head == "OK":
-        return "ok", ""
-    return ("error", head.removeprefix("ERROR").strip()) if head.startswith("ERROR") else ("timeout", "")
+    return program_result(obs.content)[:2]
 
 
 # Prepended to every program: a write result that is not a success (an error, a lost response) raises.

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from aft_bench.agents.program import CHECK
+from aft_bench.agents.program import CHECK, program_result
 from aft_bench.interface.interface import KEY_PARAM
 from aft_bench.tasks.task import PlanStep
 
@@ -96,13 +96,7 @@ def completed_calls(result: Any) -> int:
 def program_status(seen: Any) -> tuple[str, str]:
     """(status, detail) of a run_program result as the model reads it, structured or text: "ok", "error_run"
     (the program ran and failed: an attempt spent) or "error_refused" (validation or the interface refused it)."""
-    if isinstance(seen, dict):
-        status, error, detail = str(seen.get("status")), str(seen.get("error", "")), str(seen.get("detail", ""))
-    else:
-        text = str(seen)
-        status = "ok" if text.startswith("OK") else "error"
-        head, _, detail = text.partition(": ")
-        error = head.removeprefix("ERROR").strip()
+    status, error, detail = program_result(seen)
     if status == "ok":
         return "ok", ""
     return ("error_run" if error == "program_failed" else "error_refused"), detail

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rank_bm25 import BM25Okapi
@@ -189,16 +190,28 @@ def _ruled(query: str, cands: Sequence[Candidate], base: Callable[[str, Sequence
     return out
 
 
+def _card_cosines(similarity: Callable[[str, tuple[str, ...]], Any], query: str,
+                  cands: Sequence[Candidate]) -> list[float]:
+    return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
+
+
 def _cosines(query: str, cands: Sequence[Candidate]) -> list[float]:
     from aft_bench.interface.embedding import similarity
 
-    return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
+    return _card_cosines(similarity, query, cands)
 
 
 def _minilm_cosines(query: str, cands: Sequence[Candidate]) -> list[float]:
     from aft_bench.interface.minilm import similarity
 
-    return [float(x) for x in similarity(query, tuple(c.card for c in cands))]
+    return _card_cosines(similarity, query, cands)
+
+
+def _ruled_with(query: str, cands: Sequence[Candidate],
+                cosines: Callable[[str, Sequence[Candidate]], list[float]]) -> list[float]:
+    """The rules over scaled BM25 plus a scaled embedding cosine."""
+    return _ruled(query, cands, lambda q, cs: [a + b for a, b in zip(_scaled(_bm25_scores(q, cs)),
+                                                                       _scaled(cosines(q, cs)))])
 
 
 def embed(query: str, cands: Sequence[Candidate]) -> list[float]:
@@ -214,8 +227,7 @@ def rerank(query: str, cands: Sequence[Candidate]) -> list[float]:
 def hybrid(query: str, cands: Sequence[Candidate]) -> list[float]:
     """The rules over scaled BM25 plus the scaled embedding cosine: the lexicon's rules where its words reach,
     the embedding where a request says things in words the lexicon and the cards do not have."""
-    return _ruled(query, cands, lambda q, cs: [a + b for a, b in zip(_scaled(_bm25_scores(q, cs)),
-                                                                       _scaled(_cosines(q, cs)))])
+    return _ruled_with(query, cands, _cosines)
 
 
 def minilm(query: str, cands: Sequence[Candidate]) -> list[float]:
@@ -225,8 +237,7 @@ def minilm(query: str, cands: Sequence[Candidate]) -> list[float]:
 
 def minilm_hybrid(query: str, cands: Sequence[Candidate]) -> list[float]:
     """`hybrid` with the transformer's cosine in place of the static embedding's."""
-    return _ruled(query, cands, lambda q, cs: [a + b for a, b in zip(_scaled(_bm25_scores(q, cs)),
-                                                                       _scaled(_minilm_cosines(q, cs)))])
+    return _ruled_with(query, cands, _minilm_cosines)
 
 
 RANKERS: dict[str, Callable[[str, Sequence[Candidate]], list[float]]] = {
