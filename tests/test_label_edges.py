@@ -4,6 +4,7 @@ refusals and escalations, and the fields every run carries."""
 
 from __future__ import annotations
 
+from aft_bench.common.canonical import canonical_json
 from aft_bench.episode.episode import run_scripted
 from aft_bench.runtime.faults import FaultSchedule, FaultSpec
 
@@ -199,3 +200,73 @@ def test_rejudging_refuses_a_state_that_does_not_match_its_hash_or_is_missing(wo
     later = [*events, Event(99, "terminal_state", forged, "x", "y")]  # the last one counts
     with pytest.raises(TraceIntegrityError):
         recorded_state(later)
+
+
+def test_rejudging_cuts_the_state_from_the_event_s_own_text_and_encodes_it_only_without_one(worlds, monkeypatch) -> None:
+    """The audit re-verifies thousands of terminal states: one read from a trace (its canonical text at hand) is
+    hashed from that text, never encoded again; an event built in memory, without its text, is encoded."""
+    import pytest
+
+    import aft_bench.judge.rejudge as rejudge_module
+    from aft_bench.common.errors import TraceIntegrityError
+    from aft_bench.runtime.trace import Event
+
+    world, task = task_of(worlds, "payments/charge-o1")
+    run = run_scripted(world, task, steps(CHARGE_O1, SUCCESS))
+    term = next(e for e in run.events if e.kind == "terminal_state")
+    assert term.data_json is not None
+    bare = [Event(e.seq, e.kind, dict(e.data), e.prev, e.hash) if e is term else e for e in run.events]
+    assert rejudge_module.recorded_state(bare) == run.terminal_state  # no text: encoded, and it verifies
+
+    def no_encoding(value):
+        raise AssertionError("the state was encoded again")
+
+    monkeypatch.setattr(rejudge_module, "canonical_bytes", no_encoding)
+    assert rejudge_module.recorded_state(run.events) == run.terminal_state
+    with pytest.raises(AssertionError, match="encoded again"):
+        rejudge_module.recorded_state(bare)
+    # an event with a field beside hash and state is not cut from its text (the cut would take the wrong bytes)
+    extra = {**term.data, "note": "x"}
+    wider = [Event(e.seq, e.kind, extra, e.prev, e.hash, data_json=canonical_json(extra)) if e is term else e
+             for e in run.events]
+    with pytest.raises(AssertionError, match="encoded again"):
+        rejudge_module.recorded_state(wider)
+    monkeypatch.undo()
+    assert rejudge_module.recorded_state(wider) == run.terminal_state
+    short = {**term.data, "hash": term.data["hash"][:63]}  # not a full hash: not cut either, and it fails
+    with pytest.raises(TraceIntegrityError):
+        rejudge_module.recorded_state([Event(e.seq, e.kind, short, e.prev, e.hash, data_json=canonical_json(short))
+                                       if e is term else e for e in run.events])
+
+
+def test_a_ledger_target_recorded_without_changed_counts_as_a_change() -> None:
+    """Ledgers written before targets said whether the write changed the record: a write over a newer foreign
+    version is stale unless the target says it changed nothing."""
+    crit = _criteria(goal_holds=True)
+    events = _trace(("stage", {"stage": "RESPONSE_DELIVERED", "observed": [["orders/o1", 1]]}),
+                    ("world_write", {"ref": "orders/o1"}), _commit(0, "charge"))
+
+    def with_target(target: dict) -> list[dict]:
+        return [{**_entry(0, "charge"), "targets": [target]}]
+
+    assert _labels(events, with_target({"ref": "orders/o1"}), crit).stale_writes == 1
+    assert _labels(events, with_target({"ref": "orders/o1", "changed": True}), crit).stale_writes == 1
+    assert _labels(events, with_target({"ref": "orders/o1", "changed": False}), crit).stale_writes == 0
+
+
+def test_program_labels_count_what_the_trace_says_programs_did() -> None:
+    """mode is `step` without a program, `program` once one was submitted, `fallback` once the agent fell back;
+    attempts count programs that ran to an end (completed or failed), not submissions."""
+    crit = _criteria(goal_holds=True)
+    step = _labels(_trace(("tool_call", {"tool": "x"})), [], crit)
+    assert (step.mode, step.program_attempts, step.replayed_writes, step.fallbacks) == ("step", 0, 0, 0)
+    repaired = _trace(("program_submitted", {}), ("program_failed", {}), ("program_submitted", {}),
+                      ("write_replayed", {}), ("write_replayed", {}), ("program_completed", {}))
+    lb = _labels(repaired, [], crit)
+    assert (lb.mode, lb.program_attempts, lb.replayed_writes, lb.fallbacks) == ("program", 2, 2, 0)
+    fell_back = _trace(("program_submitted", {}), ("program_failed", {}), ("program_submitted", {}),
+                       ("program_failed", {}), ("program_failed", {}), ("program_fallback", {}))
+    fb = _labels(fell_back, [], crit)
+    assert (fb.mode, fb.program_attempts, fb.replayed_writes, fb.fallbacks) == ("fallback", 3, 0, 1)
+    refused = _labels(_trace(("program_submitted", {})), [], crit)  # refused by validation: submitted, never ran
+    assert (refused.mode, refused.program_attempts) == ("program", 0)
