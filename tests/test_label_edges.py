@@ -270,3 +270,20 @@ def test_program_labels_count_what_the_trace_says_programs_did() -> None:
     assert (fb.mode, fb.program_attempts, fb.replayed_writes, fb.fallbacks) == ("fallback", 3, 0, 1)
     refused = _labels(_trace(("program_submitted", {})), [], crit)  # refused by validation: submitted, never ran
     assert (refused.mode, refused.program_attempts) == ("program", 0)
+
+
+def test_a_foreign_write_the_agent_never_observed_makes_a_commit_over_it_stale() -> None:
+    """No observation of the record at all: any foreign write before the commit is a change it had not seen
+    (even one early in the trace)."""
+    crit = _criteria(goal_holds=True)
+    entry = [{**_entry(0, "charge"), "targets": [{"ref": "orders/o1", "changed": True}]}]
+    events = _trace(("world_write", {"ref": "orders/o1"}), _commit(0, "charge"))
+    assert events[0].seq == 0 and _labels(events, entry, crit).stale_writes == 1
+    assert _labels(_trace(_commit(0, "charge")), entry, crit).stale_writes == 0  # nothing changed underneath
+
+
+def test_residual_effects_leave_out_reads() -> None:
+    """A read realized in the ledger changes nothing: it is no effect left behind when the goal fails."""
+    crit = _criteria(goal_holds=False)
+    ledger = [{**_entry(0, "lookup"), "effect": "read"}, _entry(1, "charge")]
+    assert _labels(_trace(_commit(0, "lookup"), _commit(1, "charge")), ledger, crit).residual_effects == 1
