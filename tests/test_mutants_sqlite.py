@@ -284,6 +284,14 @@ for _coll in ("order_lines", "orders", "payments", "refunds"):
     SCHEMA[f"c_{_coll}"] = SCHEMA["c_customers"].replace("c_customers", f"c_{_coll}")
 
 
+def _handles(path: Path) -> int:
+    """File descriptors of this process open on the database file (or its WAL and shared-memory files)."""
+    import os
+
+    names = {str(path), f"{path}-wal", f"{path}-shm"}
+    return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") in names)
+
+
 def test_a_corrupt_file_is_an_input_error_naming_it(payments, tmp_path: Path) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database" * 100)
@@ -291,6 +299,7 @@ def test_a_corrupt_file_is_an_input_error_naming_it(payments, tmp_path: Path) ->
         SqliteStore(bad, payments)
     assert err.value.path == str(bad) and err.value.field == "database" and err.value.value == str(bad)
     assert err.value.problem.startswith("not a usable SQLite database (")
+    assert _handles(bad) == 0  # nothing of the refused file is left open
 
 
 def test_a_locked_file_is_an_input_error_naming_it(payments, tmp_path: Path, monkeypatch) -> None:
@@ -339,9 +348,11 @@ def test_a_file_locked_at_open_is_named_within_the_lock_timeout(payments, tmp_pa
         assert time.monotonic() - t0 < 1.5  # the store's lock timeout, not the driver's default of 5 s
         assert err.value.problem == "database is locked by another process (database is locked)"
         assert (err.value.path, err.value.field, err.value.value) == (str(path), "database", str(path))
+        assert _handles(path) >= 1
     finally:
         holder.rollback()
         holder.close()
+    assert _handles(path) == 0  # only the holder had it open: the refused store closed its own connection
 
 
 def test_a_store_in_a_new_nested_folder(payments, tmp_path: Path) -> None:
@@ -427,4 +438,24 @@ def test_a_file_that_fails_its_integrity_check_is_named_with_the_report(payments
     with pytest.raises(InputError) as err:
         SqliteStore(path, payments)
     assert err.value.problem == "not a usable SQLite database (NULL value in c_customers.data)"
+    assert _handles(path) == 0  # the connection that ran the check is closed, not left to the garbage collector
     assert (err.value.path, err.value.field, err.value.value) == (str(path), "database", str(path))
+
+
+def test_a_file_whose_schema_check_fails_is_named_and_left_closed(payments, tmp_path: Path, monkeypatch) -> None:
+    """An I/O error after the connection is made (here in the schema check, injected): the store names the file
+    and the error, and closes the connection it made."""
+    from sqlalchemy.exc import OperationalError
+
+    path = tmp_path / "io.sqlite"
+    SqliteStore(path, payments).close()
+    meta, _ = ss._schema(payments)
+
+    def fail(_conn) -> None:
+        raise OperationalError("CREATE TABLE", None, Exception("disk I/O error"))
+
+    monkeypatch.setattr(meta, "create_all", fail)
+    with pytest.raises(InputError) as err:
+        SqliteStore(path, payments)
+    assert err.value.problem == "cannot open database (disk I/O error)"
+    assert _handles(path) == 0
