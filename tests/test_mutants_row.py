@@ -32,7 +32,8 @@ LABELS = {"fault_fired": True, "outcome": "unsafely_committed", "y_goal": True, 
               "duplicate_effects": 2, "unsafe_commits": 3, "unauthorized_effects": 4, "stale_writes": 5, "unintended_effects": 6,
               "residual_effects": 7, "terminal_action": "finish", "terminal_claim": "success", "claim_correct": False,
               "incorrect_claim": True, "context_tokens": 811, "capability_recall": 0.75, "tool_calls": 9, "mode": "program",
-              "program_attempts": 10, "replayed_writes": 11, "fallbacks": 12}
+              "program_attempts": 10, "replayed_writes": 11, "fallbacks": 12, "policy_start": "cold",
+              "policy_step_ms": 18.5, "policy_build_ms": 19.5, "measured_build_ms": 20.5}
 USAGE = {"model_calls": 13, "prompt_tokens": 14, "completion_tokens": 15, "cost_usd": 0.125, "retries": 1,
              "invalid_tool_calls": 17, "latency_s": 1.23456789, "retry_wait_s": 2.5000004}
 

@@ -31,10 +31,14 @@ class AgentKind:
     name: str
     description: str
     params: type[BaseModel]
-    make: Callable[[Any, Script], Agent]
+    make: Callable[..., Agent]  # (params, script), and the deployment when `deployed`
     surface: Literal["interface", "raw", "served"]  # raw: calibration only; served: `aft-bench serve` only
     concurrent: bool = False  # waits on the network: episodes run concurrently on one event loop
     preflight: Callable[[Any], str | None] | None = None  # before a run: what would make it fail at once
+    # told its deployment (world id, network profile JSON or None) when built: only to choose what it measured
+    # there before (a warm start's profile), never the task's criteria or faults
+    deployed: bool = False
+    deployment_problem: Callable[[Any, str, str | None, bool], str | None] | None = None  # checked per cell at load
 
 
 AGENTS: dict[str, AgentKind] = {
@@ -46,7 +50,8 @@ AGENTS: dict[str, AgentKind] = {
         NoParams, lambda _params, script: ScriptedAgent(script.oracle), "raw"),
     "program": AgentKind(
         "program", "writes the task's plan as one tool program (run_program); resubmits it repaired after a failure",
-        program.Params, lambda params, script: program.ProgramAgent(params, script), "interface"),
+        program.Params, program.ProgramAgent, "interface", deployed=True,
+        deployment_problem=program.deployment_problem),
     "mcp": AgentKind(
         "mcp", "an external MCP client (aft-bench serve): its tool calls are the actions", mcp_client.Params,
         lambda params, _script: mcp_client.McpAgent(params), "served"),
@@ -101,7 +106,8 @@ def agent_spec(raw: dict[str, Any], path: str | Path = "<config>", field: str = 
         raise InputError(path, f"{field}.name", name, f"unknown agent; known: {', '.join(AGENTS)}")
     kind = AGENTS[name]
     try:
-        params = kind.params.model_validate({k: v for k, v in raw.items() if k != "name"})
+        params = kind.params.model_validate({k: v for k, v in raw.items() if k != "name"},
+                                            context={"base": Path(path).parent})  # files named relative to it
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -119,10 +125,11 @@ def preflight(spec: AgentSpec, path: str | Path = "<config>", field: str = "agen
             raise InputError(path, field, spec.json, problem)
 
 
-def build_agent(spec: AgentSpec, script: Script) -> Agent:
-    """A fresh agent for one episode."""
+def build_agent(spec: AgentSpec, script: Script, deployment: tuple[str, str | None] = ("", None)) -> Agent:
+    """A fresh agent for one episode; `deployment` (world id, network JSON) for the kinds that choose by it."""
     kind = spec.kind
-    return kind.make(kind.params.model_validate(spec.params), script)
+    params = kind.params.model_validate(spec.params)
+    return kind.make(params, script, deployment) if kind.deployed else kind.make(params, script)
 
 
 def describe() -> list[dict[str, Any]]:

@@ -125,7 +125,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
         return f"all {len(expected)} tuples present"
 
     def keys_ok() -> str:
-        keys = [f.name for f in fields(Cell)]
+        keys = [f.name for f in fields(Cell) if f.name in state["df"].columns]  # `network`: not in older results
         bad = {}
         for rec in state["df"][["run_id", *keys]].to_dict("records"):
             cell = Cell(**{k: _plain(rec[k]) for k in keys})

@@ -198,6 +198,16 @@ def _say_failure(out: Path, recorded: set[str]) -> None:
         print(f"aft-bench: run {last.get('run_id')} failed: {said}", file=sys.stderr)
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from aft_bench.analysis.profile import write_profile
+
+    for e in write_profile(Path(args.dir), Path(args.out)):
+        print(f"{e['world']} / {e['model']}: RTT + DEC {e['step_ms']:g} ms per step, BUILD {e['build_ms']:g} ms "
+              f"({e['runs']} runs)")
+    print(f"profile: {args.out}")
+    return 0
+
+
 def cmd_summarize(args: argparse.Namespace) -> int:
     from aft_bench.analysis.summary import summarize
 
@@ -350,6 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="move finished runs whose trace or database is missing or fails verification back to "
                         "pending (their old rows are kept under quarantine/)")
     r.set_defaults(func=cmd_run)
+
+    pf = sub.add_parser("profile", help="measure the warm-start profile of ToolPro's profile-driven policy (RTT + "
+                        "DEC per step, BUILD) from a results directory's runs, per world and model")
+    pf.add_argument("dir")
+    pf.add_argument("--out", required=True, metavar="P.json", help="the profile file to write (an agent table's "
+                    "`profile`)")
+    pf.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("summarize", help="per workload x condition summary of a results directory")
     s.add_argument("dir")

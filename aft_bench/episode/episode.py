@@ -43,6 +43,7 @@ class Setup:
     store: Store | None = None  # default: a fresh in-memory store
     trace_path: Path | None = None
     header: Mapping[str, Any] | None = None  # recorded as the trace's `cell` event
+    clock: Mapping[str, float] | None = None  # a network profile: observations carry ToolPro's virtual clock
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ async def run_episode(setup: Setup, agent: Agent) -> EpisodeResult:
     if setup.header is not None:
         trace.append("cell", **setup.header)
     surface: Surface = Interface(pipeline, mech) if mech is not None else RawSurface(pipeline)
-    played = await play(agent, surface, setup.task.brief, setup.task.budget)
+    played = await play(agent, surface, setup.task.brief, setup.task.budget, setup.clock)
     return _finish(pipeline, setup.task.criteria, played)
 
 

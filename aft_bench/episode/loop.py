@@ -7,7 +7,8 @@ and no side effects of its own: everything it does goes through the agent and th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from aft_bench.agents.protocol import Agent, End, Usage
 from aft_bench.interface.tools import Observation, Surface
@@ -27,11 +28,15 @@ class Played:
     #                       model would be sent with each decision
 
 
-async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Played:
+async def play(agent: Agent, surface: Surface, brief: Brief, budget: int,
+               clock: Mapping[str, float] | None = None) -> Played:
     """Drive `agent` over `surface` until it ends or its tool-call budget runs out.
 
     A call whose observation says the process lost its local state restarts the agent (it is shown the
     surface again); the next `act` still receives that observation, so the agent learns what happened.
+    Under a network profile (`clock`: rtt_ms, decision_ms, build_ms) every observation carries ToolPro's
+    virtual clock at its delivery: decisions so far x DEC + round trips x RTT + programs run x BUILD, the
+    `virtual_latency_s` of the row at the end.
     """
     shown = surface.surface()
     traffic = surface.shown_bytes
@@ -59,6 +64,9 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int) -> Pla
         calls += 1
         observation = surface.call(action.tool, action.args)
         traffic += _size(action.args) + _size(observation.content)
+        if clock is not None:
+            observation = replace(observation, clock_ms=turns * clock["decision_ms"] + calls * clock["rtt_ms"]
+                                  + surface.programs_run * clock["build_ms"])
         if observation.lost:
             surface.note("agent_restart")
             shown = surface.surface()

@@ -100,12 +100,24 @@ _COLUMNS = (
            "results made before it was recorded)"),
     Column("cassette", "str?", "provenance",
            "hash of the cassette whose recorded answers the model calls were replayed from (null: a live model)"),
+    Column("network", "json?", "key",
+           "the run's network profile (rtt_ms, decision_ms, build_ms) when the config sweeps networks (null otherwise)"),
+    Column("policy_start", "str?", "label",
+           "cold | warm: how ToolPro's profile-driven policy started (program agent, mode = \"profile\"; null otherwise)"),
+    Column("policy_step_ms", "float?", "label",
+           "the RTT + DEC per stepwise call the policy decided with (measured on a cold start, the profile's warm)"),
+    Column("policy_build_ms", "float?", "label",
+           "the BUILD the policy decided with (its prior on a cold start, the profile's on a warm one)"),
+    Column("measured_build_ms", "float?", "label",
+           "the BUILD the policy measured on the virtual clock when a program ran (mean over its programs)"),
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
 COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
 # Columns added after results existed: a journal row or table without one reads it as this value.
-LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None, "cassette": None}
+LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None, "cassette": None, "network": None,
+                               "policy_start": None, "policy_step_ms": None, "policy_build_ms": None,
+                               "measured_build_ms": None}
 INT64 = (-(2**63), 2**63 - 1)  # what parquet (and pandas) can hold in an integer column
 
 
@@ -168,6 +180,10 @@ def label_columns(lb: Labels) -> dict[str, Any]:
         "program_attempts": lb.program_attempts,
         "replayed_writes": lb.replayed_writes,
         "fallbacks": lb.fallbacks,
+        "policy_start": lb.policy_start,
+        "policy_step_ms": lb.policy_step_ms,
+        "policy_build_ms": lb.policy_build_ms,
+        "measured_build_ms": lb.measured_build_ms,
     }
 
 
@@ -212,6 +228,7 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "client": None,
         "retry_wait_s": round(u.retry_wait_s, 6),
         "cassette": None,
+        "network": key.get("network"),
     }
 
 

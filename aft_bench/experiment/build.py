@@ -3,6 +3,7 @@ mechanisms, agent), every name looked up through its registry. One cell fully de
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from contextlib import ExitStack
@@ -28,7 +29,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = run_sync(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes, _network(matrix))
+                       time.perf_counter() - t0, hashes, network_of(matrix, cell))
 
 
 async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
@@ -39,12 +40,16 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = await run_episode(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes, _network(matrix))
+                       time.perf_counter() - t0, hashes, network_of(matrix, cell))
 
 
-def _network(matrix: Matrix) -> dict[str, float] | None:
-    net = matrix.experiment.network
-    return net.model_dump() if net is not None else None
+def network_of(matrix: Matrix, cell: Cell) -> dict[str, float] | None:
+    """The network profile a cell runs under: its own on a network axis, else the experiment's one, else none."""
+    if cell.network is not None:
+        return dict(json.loads(cell.network))
+    exp = getattr(matrix, "experiment", None)  # a served episode's context has no experiment
+    net = exp.network if exp is not None else None
+    return net.model_dump() if net is not None and not isinstance(net, tuple) else None
 
 
 def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:
@@ -55,7 +60,7 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack)
     schedule = wl.schedule(variant, task)
     world = world_for(wl, task, cell.catalog_size, cell.fault_seed)
     mech = matrix.conditions.resolve(cell.condition)
-    agent = build_agent(AgentSpec.parse(cell.agent_spec), task.script)
+    agent = build_agent(AgentSpec.parse(cell.agent_spec), task.script, (cell.world, cell.network))
     store: Store | None = None
     if cell.backend == "sqlite":
         from aft_bench.world.sqlite_store import SqliteStore
@@ -65,5 +70,6 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack)
         stack.callback(store.close)
     setup = Setup(world, task, schedule, cell.fault_seed, mech, store=store,
                   trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
-                  header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()})
+                  header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()},
+                  clock=network_of(matrix, cell))
     return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}

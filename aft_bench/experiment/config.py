@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.agents.registry import DEFAULT_AGENT, AgentSpec, agent_spec
-from aft_bench.common.canonical import digest
+from aft_bench.common.canonical import canonical_json, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
 from aft_bench.experiment.comparisons import Comparison, load_comparisons
@@ -58,10 +58,24 @@ class Experiment(BaseModel):
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
-    network: Network | None = None  # puts every run on ToolPro's virtual clock (row column virtual_latency_s)
+    # puts every run on ToolPro's virtual clock (row column virtual_latency_s); a list of profiles is an axis of
+    # the matrix (`[[experiment.network]]`: each cell runs under one, and its agents read that clock live)
+    network: Network | tuple[Network, ...] | None = None
     # Spend ceilings: not part of the config's identity, so a raised ceiling resumes the same experiment.
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_tokens_total: int | None = Field(default=None, ge=1)  # for models whose price litellm does not know
+
+    @model_validator(mode="after")
+    def _network_axis(self) -> Experiment:
+        """A list of network profiles is an axis: at least one, each once."""
+        if isinstance(self.network, tuple):
+            if not self.network:
+                raise FieldProblem("network", [], "a list of network profiles needs at least one")
+            dumps = [n.model_dump() for n in self.network]
+            twice = next((d for i, d in enumerate(dumps) if d in dumps[:i]), None)
+            if twice is not None:
+                raise FieldProblem("network", twice, "this network profile is listed twice")
+        return self
 
 
 SPEND_FIELDS = {"max_cost_usd", "max_tokens_total"}
@@ -89,14 +103,19 @@ class Cell:
     agent_spec: str
     model: str
     rep: int
+    network: str | None = None  # the cell's network profile (canonical JSON) when the config sweeps networks
 
     @cached_property
     def run_id(self) -> str:
         return digest(self.key())[:16]
 
     def key(self) -> dict[str, Any]:
-        """The tuple as a dict, in field order (what `asdict` gives: every field is a str, int or None)."""
-        return {name: getattr(self, name) for name in _CELL_FIELDS}
+        """The tuple as a dict, in field order (every field is a str, int or None); `network` only when the
+        config sweeps networks, so every run id made before the axis existed stays what it was."""
+        key = {name: getattr(self, name) for name in _CELL_FIELDS}
+        if key["network"] is None:
+            del key["network"]
+        return key
 
 
 _CELL_FIELDS = tuple(f.name for f in fields(Cell))
@@ -167,6 +186,15 @@ def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Mat
         cells += _expand(exp, wl, conds, agents, p)
     if not cells:
         raise InputError(p, "experiment", exp.id, "the config expands to no runs")
+    for i, spec in enumerate(agents):  # an agent that reads what it measured in a deployment needs it measured
+        check = spec.kind.deployment_problem
+        if check is not None:
+            params = spec.kind.params.model_validate(spec.params)
+            for cell in cells:
+                if cell.agent_spec == spec.json:
+                    problem = check(params, cell.world, cell.network, exp.network is not None)
+                    if problem is not None:
+                        raise InputError(p, f"experiment.agents.{i}", spec.params.get("mode"), problem)
     if len(cells) > MAX_CELLS:
         raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
     return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells),
@@ -182,9 +210,11 @@ def _expand(exp: Experiment, wl: Workload, conds: list[str], agents: tuple[Agent
         sizes = tuple(exp.catalog_sizes)
     tasks = wl.tasks[: exp.tasks_per_workload] if exp.tasks_per_workload else wl.tasks
     seeds = exp.workload_seeds.get(wl.id, exp.seeds)
+    networks = [canonical_json(n.model_dump()) for n in exp.network] if isinstance(exp.network, tuple) else [None]
     return [
         Cell(wl.info.world, backend, wl.id, task.id, cond, variant.id, seed, size, agent.name, agent.json,
-             agent.model, rep)
+             agent.model, rep, network)
+        for network in networks
         for backend in exp.backends
         for task in tasks
         for variant in wl.variants_for(task)

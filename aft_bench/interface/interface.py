@@ -139,6 +139,10 @@ class Interface:
         self._reset_loaded()
         return shown
 
+    @property
+    def programs_run(self) -> int:
+        return self._programs.attempts if self._programs is not None else 0
+
     def note(self, kind: str, **data: Any) -> None:
         self.pipeline.trace.append(kind, **data)
 

@@ -30,6 +30,7 @@ class RawSurface:
         self._last: Request | None = None
         self._sent = 0
         self.shown_bytes = 0  # the raw surface shows names only
+        self.programs_run = 0  # and runs no programs
 
     def surface(self) -> list[ToolSpec]:
         ops = sorted(self.pipeline.backend.world.operations)

@@ -33,12 +33,14 @@ class Observation:
     content: Any
     lost: bool = False
     dropped: bool = False
+    clock_ms: float | None = None  # ToolPro's virtual clock when it was delivered (under a network profile)
 
 
 class Surface(Protocol):
     """The tools an agent can use in one episode, over that episode's pipeline."""
 
     shown_bytes: int  # bytes of the schemas the last `surface()` showed (for traffic accounting)
+    programs_run: int  # tool programs accepted by validation so far (each pays BUILD on the virtual clock)
 
     def surface(self) -> list[ToolSpec]:
         """The tools whose schemas the agent is shown now (recorded in the trace)."""

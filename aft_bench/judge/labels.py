@@ -66,6 +66,12 @@ class Labels:
     program_attempts: int = 0  # programs that ran (accepted by validation)
     replayed_writes: int = 0  # writes answered from the replay history instead of emitted again
     fallbacks: int = 0  # times replay was disabled and the episode fell back to stepwise calls
+    # ToolPro's profile-driven policy (program agent, mode = "profile"): how it started, the per-step RTT + DEC
+    # and the BUILD it decided with, and the BUILD it measured when a program ran (mean over programs)
+    policy_start: str | None = None  # cold | warm
+    policy_step_ms: float | None = None
+    policy_build_ms: float | None = None
+    measured_build_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,8 +205,14 @@ def _program_labels(evs: list[Event]) -> dict[str, Any]:
     ran = kinds.count("program_completed") + kinds.count("program_failed")
     fallbacks = kinds.count("program_fallback")
     mode = "fallback" if fallbacks else ("program" if "program_submitted" in kinds else "step")
+    decided = next((e.data for e in evs if e.kind == "policy_decision"), None)
+    built = [float(e.data["build_ms"]) for e in evs if e.kind == "policy_measured"]
     return {"mode": mode, "program_attempts": ran, "replayed_writes": kinds.count("write_replayed"),
-            "fallbacks": fallbacks}
+            "fallbacks": fallbacks,
+            "policy_start": decided["start"] if decided else None,
+            "policy_step_ms": float(decided["step_ms"]) if decided else None,
+            "policy_build_ms": float(decided["build_ms"]) if decided else None,
+            "measured_build_ms": sum(built) / len(built) if built else None}
 
 
 def _recall(evs: list[Event], criteria: Criteria) -> float:

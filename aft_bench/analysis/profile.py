@@ -1,0 +1,45 @@
+"""`aft-bench profile DIR --out P.json`: the warm start of ToolPro's profile-driven policy, measured from earlier
+runs. Per deployment (world and network profile) and model, the mean over DIR's runs of what cold starts measured (RTT + DEC per stepwise call)
+and of what programs cost to build (BUILD), as ToolPro keeps moving averages over recent runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from aft_bench.agents.program import PROFILE_VERSION
+from aft_bench.analysis.table import read_results
+from aft_bench.common.errors import InputError
+from aft_bench.common.files import write_atomic
+
+
+def profiles(df: pd.DataFrame, source: Path) -> list[dict[str, Any]]:
+    """One entry per world and model that measured both RTT + DEC (cold starts) and BUILD (programs that ran)."""
+    measured = df[df["policy_start"].notna()]
+    if measured.empty:
+        raise InputError(source, "policy_start", None, "no run here used the profile-driven policy "
+                         "(program agent, mode = \"profile\")")
+    out = []
+    for (world, model, network), runs in measured.groupby(["world", "model", measured["network"].fillna("")],
+                                                          sort=True):
+        cold = runs[runs["policy_start"] == "cold"]["policy_step_ms"].dropna()
+        built = runs["measured_build_ms"].dropna()
+        if cold.empty or built.empty:
+            what = "a cold start measured no step" if cold.empty else "no program ran, so BUILD was never measured"
+            raise InputError(source, "world", world, f"{what} for this world, model {model!r} and network "
+                             f"{network or 'none'}")
+        out.append({"world": str(world), "model": str(model), "network": network or None,
+                    "step_ms": round(float(cold.mean()), 6),
+                    "build_ms": round(float(built.mean()), 6), "runs": int(len(runs))})
+    return out
+
+
+def write_profile(directory: Path, out: Path) -> list[dict[str, Any]]:
+    """Measure the profile of `directory`'s runs and write it to `out` (atomically); returns its entries."""
+    entries = profiles(read_results(directory), directory / "results.parquet")
+    doc = {"version": PROFILE_VERSION, "source": str(directory), "profiles": entries}
+    write_atomic(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return entries

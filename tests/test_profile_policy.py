@@ -1,0 +1,206 @@
+"""ToolPro's profile-driven policy within one episode (program agent, mode = "profile"): a cold start measures
+RTT + DEC on its first stepwise calls from the virtual clock its observations carry and decides for the calls
+left; `aft-bench profile` averages what runs measured per deployment; a warm start decides from that profile
+before its first call. Networks are an axis of the matrix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from aft_bench.cli.main import main
+from aft_bench.experiment.config import load_matrix
+
+from conftest import WORLDS
+
+DEC, BUILD = 1500.0, 12600.0
+RTTS = (10.0, 2000.0)
+
+
+def _config(tmp_path: Path, name: str, agent: str, networks: tuple[float, ...] = RTTS, tasks: int | None = None) -> Path:
+    nets = "".join(f"[[experiment.network]]\nrtt_ms = {r}\ndecision_ms = {DEC}\nbuild_ms = {BUILD}\n" for r in networks)
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f'[experiment]\nid = "{name}"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
+                   + (f"tasks_per_workload = {tasks}\n" if tasks else "") + nets
+                   + f'[[experiment.agents]]\nname = "program"\n{agent}\n[[experiment.agents]]\nname = "program"\n'
+                   'mode = "step"\n')
+    return cfg
+
+
+def _run(cfg: Path, out: Path) -> pd.DataFrame:
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    return pd.read_parquet(out / "results.parquet")
+
+
+def _plan_calls(df: pd.DataFrame) -> dict[str, int]:
+    """Calls of each task's plan: what the always-stepwise runs made."""
+    step = df[df["agent_spec"].str.contains('"mode":"step"')]
+    return dict(zip(step["task_id"], step["round_trips"]))
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    tmp = tmp_path_factory.mktemp("cold")
+    out = tmp / "cold"
+    return out, _run(_config(tmp, "cold", 'mode = "profile"\nbuild_ms = 12600'), out)
+
+
+def test_a_cold_start_measures_two_steps_and_decides_for_the_calls_left(cold) -> None:
+    _out, df = cold
+    calls = _plan_calls(df)
+    runs = df[df["policy_start"] == "cold"]
+    assert len(runs) == 16 * len(RTTS) and set(runs["outcome"]) == {"completed"}
+    assert runs["duplicate_effects"].sum() == 0  # the program ran only the calls the steps had not made
+    chose = set()
+    for r in runs.itertuples():
+        rtt = json.loads(r.network)["rtt_ms"]
+        assert r.policy_step_ms == rtt + DEC and r.policy_build_ms == BUILD  # measured on the clock; the prior
+        left = calls[r.task_id] - 2
+        program = (left - 1) * (rtt + DEC) - BUILD > 0
+        assert r.mode == ("program" if program else "step"), (r.task_id, rtt)
+        assert (r.measured_build_ms == BUILD) if program else pd.isna(r.measured_build_ms)
+        # 2 steps, then one program call and the end, or every call stepwise and the end
+        turns, trips = (4, 3) if program else (calls[r.task_id] + 1, calls[r.task_id])
+        assert (r.model_turns, r.round_trips) == (turns, trips)
+        assert r.virtual_latency_s == pytest.approx((turns * DEC + trips * rtt + program * BUILD) / 1000)
+        chose.add((rtt, r.mode))
+    assert chose == {(r, m) for r in RTTS for m in ("step", "program")}  # both choices, at both RTTs
+
+
+def test_profile_averages_what_cold_starts_measured_per_deployment(cold, tmp_path: Path, capsys) -> None:
+    out, _df = cold
+    assert main(["profile", str(out), "--out", str(tmp_path / "p.json")]) == 0
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["version"] == 1
+    got = {json.loads(e["network"])["rtt_ms"]: (e["world"], e["model"], e["step_ms"], e["build_ms"], e["runs"])
+           for e in doc["profiles"]}
+    assert got == {r: ("memos", "none", r + DEC, BUILD, 16) for r in RTTS}
+    assert "RTT + DEC 3500 ms per step" in capsys.readouterr().out
+
+
+def test_a_warm_start_decides_before_its_first_call_from_its_deployment_s_profile(cold, tmp_path: Path) -> None:
+    out, cold_df = cold
+    assert main(["profile", str(out), "--out", str(tmp_path / "p.json")]) == 0
+    df = _run(_config(tmp_path, "warm", 'mode = "profile"\nprofile = "p.json"'), tmp_path / "warm")
+    calls = _plan_calls(df)
+    runs = df[df["policy_start"] == "warm"]
+    assert len(runs) == 16 * len(RTTS) and set(runs["outcome"]) == {"completed"}
+    for r in runs.itertuples():
+        rtt = json.loads(r.network)["rtt_ms"]
+        assert r.policy_step_ms == rtt + DEC  # the profile's, for this network
+        program = (calls[r.task_id] - 1) * (rtt + DEC) - BUILD > 0
+        assert r.mode == ("program" if program else "step")
+        if program:
+            assert (r.model_turns, r.round_trips) == (2, 1)  # no stepwise bootstrap
+    # with the calls the cold start spent measuring, a warm start chooses programs at least as often
+    assert (runs["mode"] == "program").sum() > (cold_df[cold_df["policy_start"] == "cold"]["mode"] == "program").sum()
+    # the profile is in the run key: another profile file, other run ids
+    spec = json.loads(runs["agent_spec"].iloc[0])
+    assert len(spec["profile"]["sha256"]) == 64 and len(spec["profile"]["entries"]) == len(RTTS)
+    p = json.loads((tmp_path / "p.json").read_text())
+    p["profiles"][0]["runs"] = 99
+    (tmp_path / "p.json").write_text(json.dumps(p))
+    again = load_matrix(_config(tmp_path, "warm", 'mode = "profile"\nprofile = "p.json"'), WORLDS)
+    assert not {c.run_id for c in again.cells} & set(runs["run_id"])
+
+
+def test_observations_carry_the_virtual_clock_only_under_a_network(tmp_path: Path) -> None:
+    """Each observation's clock is decisions x DEC + round trips x RTT + programs x BUILD at its delivery."""
+    import asyncio
+    from contextlib import ExitStack
+
+    from aft_bench.episode.episode import run_episode
+    from aft_bench.experiment.build import resolve_cell
+
+    base = ('[experiment]\nid = "clock"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
+            'tasks_per_workload = 1\n[[experiment.agents]]\nname = "program"\nmode = "{mode}"\n')
+    net = f"[experiment.network]\nrtt_ms = 10\ndecision_ms = {DEC}\nbuild_ms = {BUILD}\n"
+    for mode, network in (("step", True), ("program", True), ("step", False)):
+        cfg = tmp_path / f"{mode}{network}.toml"
+        cfg.write_text(base.format(mode=mode) + (net if network else ""))
+        m = load_matrix(cfg, WORLDS)
+        clocks: list[float | None] = []
+        with ExitStack() as stack:
+            setup, agent, _ = resolve_cell(m, m.cells[0], None, stack)
+            act = agent.act
+
+            async def spy(obs, act=act):
+                if obs is not None:
+                    clocks.append(obs.clock_ms)
+                return await act(obs)
+
+            agent.act = spy  # type: ignore[method-assign]
+            asyncio.run(run_episode(setup, agent))
+        if not network:
+            assert clocks and all(c is None for c in clocks)
+        elif mode == "step":
+            assert len(clocks) == 5 and clocks == [k * (10.0 + DEC) for k in range(1, 6)]
+        else:
+            assert clocks == [10.0 + DEC + BUILD]  # one decision, one round trip, one program built
+
+
+@pytest.mark.parametrize(("agent", "networks", "problem"), [
+    ('mode = "profile"\nbuild_ms = 12600', (), "measures the virtual clock: give the experiment a network"),
+    ('mode = "profile"', RTTS, "needs build_ms (a cold start's prior) or profile"),
+    ('mode = "profile"\nbuild_ms = 1\nrtt_ms = 2', RTTS, "measures RTT and DEC itself"),
+    ('mode = "step"\nprofile = "p.json"', RTTS, "a profile is a warm start of mode"),
+    ('mode = "profile"\nprofile = "missing.json"', RTTS, "missing.json"),
+    ('mode = "profile"\nprofile = "bad.json"', RTTS, "not a profile file of version 1"),
+    ('mode = "profile"\nprofile = "p.json"', (10.0, 100.0), "no entry for world 'memos' under network"),
+])
+def test_a_policy_that_cannot_run_is_refused_at_load_naming_why(tmp_path: Path, capsys, agent: str,
+                                                                networks: tuple[float, ...], problem: str) -> None:
+    (tmp_path / "bad.json").write_text('{"version": 0}')
+    net = json.dumps({"build_ms": BUILD, "decision_ms": DEC, "rtt_ms": 10.0}, separators=(",", ":"), sort_keys=True)
+    (tmp_path / "p.json").write_text(json.dumps({"version": 1, "profiles": [
+        {"world": "memos", "model": "none", "network": net, "step_ms": 1510.0, "build_ms": BUILD, "runs": 3}]}))
+    cfg = _config(tmp_path, "bad", agent, networks=networks or (1.0,))
+    if not networks:
+        text = cfg.read_text()
+        cfg.write_text(text.split("[[experiment.network]]")[0] + text.split("build_ms = 12600.0\n", 1)[1])
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and str(cfg) in err
+    assert not (tmp_path / "o").exists()  # nothing was started
+
+
+def test_a_network_axis_lists_each_profile_once_and_keeps_old_run_ids(tmp_path: Path, capsys) -> None:
+    cfg = _config(tmp_path, "twice", 'mode = "program"', networks=(10.0, 10.0))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "experiment.network" in (err := capsys.readouterr().err) and "network profile is listed twice" in err
+    single = load_matrix(Path("configs/toolpro_workflows.toml"), WORLDS)
+    assert all(c.network is None and "network" not in c.key() for c in single.cells)
+    axis = load_matrix(_config(tmp_path, "axis", 'mode = "program"'), WORLDS)
+    assert len(axis.cells) == 2 * 16 * len(RTTS) and {json.loads(c.network)["rtt_ms"] for c in axis.cells} == set(RTTS)
+
+
+@pytest.mark.parametrize("column", ["policy_start", "policy_step_ms", "policy_build_ms", "measured_build_ms"])
+def test_editing_a_policy_label_fails_the_audit(cold, tmp_path: Path, capsys, column: str) -> None:
+    """The policy's columns come from the trace (policy_decision, policy_measured): the audit re-judges them."""
+    import shutil
+
+    out, _df = cold
+    d = tmp_path / "r"
+    shutil.copytree(out, d, ignore=shutil.ignore_patterns(".runner.lock"))
+    df = pd.read_parquet(d / "results.parquet")
+    row = df.index[df["measured_build_ms"].notna()][0]
+    df[column] = df[column].astype(object)
+    df.loc[row, column] = "warm" if column == "policy_start" else float(df.loc[row, column]) + 1
+    df.to_parquet(d / "results.parquet", index=False)
+    assert main(["audit", str(d)]) == 1
+    failed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("FAIL")]
+    assert any("re-judged" in ln and df.loc[row, "run_id"] in ln for ln in failed), failed
+
+
+def test_the_committed_warm_start_profile_is_what_the_cold_config_measures(tmp_path: Path) -> None:
+    """configs/toolpro_profile.profile.json (read by configs/toolpro_profile_warm.toml) equals a fresh measurement
+    of configs/toolpro_profile.toml's runs."""
+    root = Path(__file__).resolve().parent.parent
+    assert main(["run", str(root / "configs" / "toolpro_profile.toml"), "--out", str(tmp_path / "c")]) == 0
+    assert main(["profile", str(tmp_path / "c"), "--out", str(tmp_path / "p.json")]) == 0
+    fresh = json.loads((tmp_path / "p.json").read_text())["profiles"]
+    assert json.loads((root / "configs" / "toolpro_profile.profile.json").read_text())["profiles"] == fresh
+    assert len(load_matrix(root / "configs" / "toolpro_profile_warm.toml", WORLDS).cells) == 16 * 5
