@@ -459,3 +459,21 @@ def test_a_file_whose_schema_check_fails_is_named_and_left_closed(payments, tmp_
         SqliteStore(path, payments)
     assert err.value.problem == "cannot open database (disk I/O error)"
     assert _handles(path) == 0
+
+
+def test_an_opener_connects_each_store_to_its_own_file(payments, tmp_path: Path) -> None:
+    """The process's one opener is made at import; a fresh one behaves the same: the first connect makes its engine,
+    each connection goes to the file named, with the store's pragmas, and the opener then names no file."""
+    opener = ss._Opener()
+    for name in ("a.sqlite", "b.sqlite"):
+        SqliteStore(tmp_path / name, payments).close()  # a file with the world's schema
+    a, b = opener.connect(tmp_path / "a.sqlite"), opener.connect(tmp_path / "b.sqlite")
+    try:
+        assert a.exec_driver_sql("PRAGMA database_list").fetchone()[2] == str(tmp_path / "a.sqlite")
+        assert b.exec_driver_sql("PRAGMA database_list").fetchone()[2] == str(tmp_path / "b.sqlite")
+        assert a.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert a.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+        assert opener._path is None
+    finally:
+        a.close()
+        b.close()
