@@ -39,8 +39,9 @@ USAGE = {"model_calls": 13, "prompt_tokens": 14, "completion_tokens": 15, "cost_
 
 
 def result(labels: dict[str, Any] | None = None, **usage: Any) -> SimpleNamespace:
+    clock_ms = usage.pop("clock_ms", None)  # the live virtual clock's reading, where the episode kept one
     played = SimpleNamespace(turns=20, tool_calls=21, traffic_bytes=1000, model_bytes=234,
-                             usage=SimpleNamespace(**{**USAGE, **usage}))
+                             usage=SimpleNamespace(**{**USAGE, **usage}), clock_ms=clock_ms)
     return SimpleNamespace(played=played, labels=SimpleNamespace(**{**LABELS, **(labels or {})}), trace_head="h" * 8)
 
 
@@ -91,6 +92,9 @@ def test_the_virtual_clock() -> None:
     assert episode_row(KEY, "rid", {}, result(), 0.0, HASHES, tiny)["virtual_latency_s"] == 2e-06  # type: ignore[arg-type]
     odd = {"rtt_ms": 1 / 3, "decision_ms": 0.0, "build_ms": 0.0}
     assert episode_row(KEY, "rid", {}, result(), 0.0, HASHES, odd)["virtual_latency_s"] == 0.007  # type: ignore[arg-type]
+    # the live clock's reading, where the episode kept one (a jittered clock is not the count formula)
+    live = episode_row(KEY, "rid", {}, result(clock_ms=4321.1234567), 0.0, HASHES, net)  # type: ignore[arg-type]
+    assert live["virtual_latency_s"] == 4.321123
 
 
 @pytest.mark.parametrize("type_, value, problem", [

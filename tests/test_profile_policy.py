@@ -195,12 +195,108 @@ def test_editing_a_policy_label_fails_the_audit(cold, tmp_path: Path, capsys, co
     assert any("re-judged" in ln and df.loc[row, "run_id"] in ln for ln in failed), failed
 
 
-def test_the_committed_warm_start_profile_is_what_the_cold_config_measures(tmp_path: Path) -> None:
-    """configs/toolpro_profile.profile.json (read by configs/toolpro_profile_warm.toml) equals a fresh measurement
-    of configs/toolpro_profile.toml's runs."""
+@pytest.mark.parametrize(("name", "cells"), [("toolpro_profile", 17 * 5), ("toolpro_profile_jitter", 15 * 5)])
+def test_the_committed_warm_start_profile_is_what_the_cold_config_measures(tmp_path: Path, name: str,
+                                                                           cells: int) -> None:
+    """configs/NAME.profile.json (read by configs/NAME_warm.toml) equals a fresh measurement of configs/NAME.toml's
+    runs."""
     root = Path(__file__).resolve().parent.parent
-    assert main(["run", str(root / "configs" / "toolpro_profile.toml"), "--out", str(tmp_path / "c")]) == 0
+    assert main(["run", str(root / "configs" / f"{name}.toml"), "--out", str(tmp_path / "c")]) == 0
     assert main(["profile", str(tmp_path / "c"), "--out", str(tmp_path / "p.json")]) == 0
     fresh = json.loads((tmp_path / "p.json").read_text())["profiles"]
-    assert json.loads((root / "configs" / "toolpro_profile.profile.json").read_text())["profiles"] == fresh
-    assert len(load_matrix(root / "configs" / "toolpro_profile_warm.toml", WORLDS).cells) == 16 * 5
+    assert json.loads((root / "configs" / f"{name}.profile.json").read_text())["profiles"] == fresh
+    assert len(load_matrix(root / "configs" / f"{name}_warm.toml", WORLDS).cells) == cells
+
+
+def test_the_virtual_clock_without_jitter_is_the_count_formula_and_with_jitter_a_seeded_draw() -> None:
+    from aft_bench.episode.clock import VirtualClock
+
+    exact = VirtualClock({"rtt_ms": 0.1, "decision_ms": 1 / 3, "build_ms": 7.0}, "0:t")
+    for programs in (0, 0, 1, 1, 3):
+        exact.decision()
+        exact.round_trip(programs)
+    assert exact.now_ms == 5 * (1 / 3) + 5 * 0.1 + 3 * 7.0 and exact.programs == 3
+
+    def draws(seed: str, n: int = 4000) -> list[float]:
+        clock = VirtualClock({"rtt_ms": 0.0, "decision_ms": 1.0, "build_ms": 0.0, "jitter": 0.5}, seed)
+        out, last = [], 0.0
+        for _ in range(n):
+            clock.decision()
+            out.append(clock.now_ms - last)
+            last = clock.now_ms
+        return out
+
+    a, b = draws("3:memos-w-08"), draws("3:memos-w-08")
+    assert a == b and a != draws("4:memos-w-08")  # the seed and the task fix the clock; another seed, another one
+    mean = sum(a) / len(a)
+    cv = (sum((x - mean) ** 2 for x in a) / len(a)) ** 0.5 / mean
+    assert abs(mean - 1) < 0.05 and abs(cv - 0.5) < 0.05 and min(a) > 0
+
+
+def test_a_jittered_network_changes_the_clock_not_the_run_ids_of_a_network_without_it(tmp_path: Path) -> None:
+    plain = load_matrix(_config(tmp_path, "plain", 'mode = "program"', networks=(10.0,)), WORLDS)
+    cfg = _config(tmp_path, "jit", 'mode = "program"', networks=(10.0,))
+    cfg.write_text(cfg.read_text().replace("build_ms = 12600.0\n", "build_ms = 12600.0\njitter = 0.5\n", 1))
+    jit = load_matrix(cfg, WORLDS)
+    assert '"jitter"' not in plain.cells[0].network and '"jitter":0.5' in jit.cells[0].network
+    assert not {c.run_id for c in plain.cells} & {c.run_id for c in jit.cells}
+    df = _run(cfg, tmp_path / "o")
+    step = df[df["agent_spec"].str.contains('"mode":"step"')]
+    formula = (step["model_turns"] * DEC + step["round_trips"] * 10.0) / 1000
+    assert (step["virtual_latency_s"] != formula.round(6)).all()  # the draws, not the formula
+    assert (abs(step["virtual_latency_s"] / formula - 1) < 0.5).all()
+
+
+def test_a_deployment_where_no_program_ran_has_no_build_and_a_warm_start_there_uses_its_prior(tmp_path: Path,
+                                                                                            capsys) -> None:
+    """At RTT 10 with N = 5 no cold start consolidates: the profile has RTT + DEC but no BUILD for it, a warm start
+    without build_ms is refused there, and with build_ms it decides with that prior."""
+    cfg = tmp_path / "short.toml"
+    cfg.write_text('[experiment]\nid = "short"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
+                   f'tasks_per_workload = 1\n[experiment.network]\nrtt_ms = 10\ndecision_ms = {DEC}\n'
+                   f'build_ms = {BUILD}\n[[experiment.agents]]\nname = "program"\nmode = "profile"\nbuild_ms = 12600\n')
+    _run(cfg, tmp_path / "c")
+    assert main(["profile", str(tmp_path / "c"), "--out", str(tmp_path / "p.json")]) == 0
+    (entry,) = json.loads((tmp_path / "p.json").read_text())["profiles"]
+    assert entry["build_ms"] is None and entry["step_ms"] == 10 + DEC and entry["network"] is None
+    assert "BUILD not measured" in capsys.readouterr().out
+    warm = cfg.read_text().replace('build_ms = 12600\n', 'profile = "p.json"\n')
+    cfg.write_text(warm)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "w")]) == 2
+    assert "measured no BUILD" in capsys.readouterr().err
+    cfg.write_text(warm + "build_ms = 1000\n")
+    row = _run(cfg, tmp_path / "w").iloc[0]
+    assert (row["policy_start"], row["policy_build_ms"], row["mode"]) == ("warm", 1000.0, "program")  # 4 x 1510 > 1000
+
+
+def test_on_a_network_axis_runs_pair_within_their_network(tmp_path: Path) -> None:
+    """program_latency (policy against stepwise) on two networks: one pair per task and network, never a pair
+    across networks (known negative: without network among the pair keys, two runs share every key)."""
+    from aft_bench.analysis.analyze import Options, analyze
+    from aft_bench.analysis.pairs import match_pairs
+    from aft_bench.experiment.comparisons import load_comparisons
+
+    cfg = tmp_path / "lat.toml"
+    nets = "".join(f"[[experiment.network]]\nrtt_ms = {r}\ndecision_ms = {DEC}\nbuild_ms = {BUILD}\n" for r in RTTS)
+    cfg.write_text('[experiment]\nid = "lat"\ncomparisons = ["program_latency"]\n' + nets
+                   + '[[experiment.agents]]\nname = "program"\nmode = "policy"\nrtt_ms = 1000\ndecision_ms = 1500\n'
+                   'build_ms = 12600\n[[experiment.agents]]\nname = "program"\nmode = "step"\n')
+    df = _run(cfg, tmp_path / "o")
+    comp = next(c for c in load_comparisons() if c.id == "program_latency")
+    pairs = match_pairs(df, comp)
+    assert len(pairs) == 16 * len(RTTS)
+    assert {json.loads(n)["rtt_ms"] for n in pairs["network"]} == set(RTTS)
+    by_run = df.set_index("run_id")["network"]
+    assert (pairs["run_id_treatment"].map(by_run) == pairs["run_id_control"].map(by_run)).all()
+    import aft_bench.analysis.pairs as pairs_module
+
+    keys = [k for k in pairs_module.PAIR_KEYS if k != "network"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pairs_module, "PAIR_KEYS", keys)
+        with pytest.raises(Exception, match="share a pair key"):
+            match_pairs(df, comp)
+    tables = analyze(tmp_path / "o", Options(resamples=200, permutations=200))
+    (row,) = [r for r in tables["secondary"] if r["comparison"] == "program_latency"]
+    assert row["pairs"] == 16 * len(RTTS)
+    written = pd.read_parquet(tmp_path / "o" / "analysis" / "pairs.parquet")
+    assert (written["comparison"] == "program_latency").sum() == 16 * len(RTTS) and written["network"].notna().all()

@@ -52,7 +52,7 @@ class Profile(BaseModel):
     model: str
     network: str | None = Field(description="the network profile the runs were made under (canonical JSON)")
     step_ms: float = Field(ge=0, le=3.6e6, description="RTT + DEC per stepwise call")
-    build_ms: float = Field(ge=0, le=3.6e6, description="BUILD of one program")
+    build_ms: float | None = Field(ge=0, le=3.6e6, description="BUILD of one program (null: no program ran there)")
     runs: int = Field(ge=1, description="runs the averages were taken over")
 
 
@@ -113,9 +113,9 @@ class Params(BaseModel):
             if self.rtt_ms is not None or self.decision_ms is not None:
                 raise ValueError("mode = \"profile\" measures RTT and DEC itself: give build_ms (its cold-start "
                                  "prior) or a profile")
-            if (self.build_ms is None) == (self.profile is None):
+            if self.build_ms is None and self.profile is None:
                 raise ValueError("mode = \"profile\" needs build_ms (a cold start's prior) or profile (a warm "
-                                 "start), not both")
+                                 "start; with build_ms, its prior where the profile measured no BUILD)")
         elif self.mode != "policy" and any(given):
             raise ValueError("rtt_ms, decision_ms and build_ms are the policy's profile: give them with mode = \"policy\"")
         if self.profile is not None and self.mode != "profile":
@@ -144,10 +144,16 @@ def deployment_problem(params: Params, world: str, network: str | None, clocked:
     start with no profile entry measured there."""
     if params.mode == "profile" and not clocked:
         return 'mode = "profile" measures the virtual clock: give the experiment a network profile'
-    if params.profile is None or params.profile.entry(world, network) is not None:
+    if params.profile is None:
         return None
-    return (f"the profile has no entry for world {world!r} under network {network or 'none'} "
-            f"(it has {sorted({(e.world, e.network or 'none') for e in params.profile.entries})})")
+    entry = params.profile.entry(world, network)
+    if entry is None:
+        return (f"the profile has no entry for world {world!r} under network {network or 'none'} "
+                f"(it has {sorted({(e.world, e.network or 'none') for e in params.profile.entries})})")
+    if entry.build_ms is None and params.build_ms is None:
+        return (f"the profile measured no BUILD for world {world!r} under network {network or 'none'} (no program "
+                "ran there): give build_ms, the prior it then decides with")
+    return None
 
 
 def program_saves_ms(calls: int, rtt_ms: float, decision_ms: float, build_ms: float) -> float:
@@ -211,7 +217,9 @@ class ProgramAgent:
             warm = params.profile.entry(*deployment)
             if warm is None:
                 raise HarnessError(deployment_problem(params, *deployment) or "no profile entry")
-            self._decide("warm", warm.step_ms, warm.build_ms)
+            build = warm.build_ms if warm.build_ms is not None else params.build_ms
+            assert build is not None  # refused at load otherwise (deployment_problem)
+            self._decide("warm", warm.step_ms, build)
         self._describing: str | None = None
         self._described: set[str] = set()
         self.attempts = 0
@@ -301,7 +309,7 @@ class ProgramAgent:
             # not by the loop as the whole surface sent again
             self._usage = replace(self._usage, model_bytes=self._usage.model_bytes + max(sent, 1))
             return action
-        if self.mode == "profile":  # a cold start: measure the first steps, then decide for the calls left
+        if self.mode == "profile":  # a cold start (no profile): measure the first steps, then decide for the rest
             if observation is None or self.next_step < self.params.cold_steps:
                 return self._step(observation)
             if observation.clock_ms is None:

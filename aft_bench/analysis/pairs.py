@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PAIR_KEYS = ["world", "backend", "workload", "task_id", "fault", "fault_seed", "catalog_size", "agent", "agent_spec",
-             "model", "rep"]
+             "model", "rep", "network"]  # network: under a network axis, two runs pair only on the same network
 
 
 def arm_rows(df: "pd.DataFrame", comp: Comparison, arm: str) -> "pd.DataFrame":
@@ -53,7 +53,8 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     for arm, which, cond in (("t", "treatment", comp.treatment), ("c", "control", comp.control)):
         part = arm_rows(df, comp, which).copy()
         part["_value"] = endpoint_values(part, comp.endpoint)
-        part = part.assign(catalog_size=part["catalog_size"].astype("Int64").astype(str))
+        part = part.assign(catalog_size=part["catalog_size"].astype("Int64").astype(str),
+                           network=part["network"].fillna("").astype(str))  # nulls do not match as index keys
         dup = part.duplicated(keys, keep=False)
         if dup.any():
             raise InputError("<results>", "pairs", comp.id, f"{int(dup.sum())} {cond} runs share a pair key")
@@ -72,7 +73,8 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     out = joined.reset_index()
     out["utility_diff"] = comp.sign * (out["_value_t"] - out["_value_c"])
     return pd.DataFrame({
-        **{k: out[k] if k in out else None for k in PAIR_KEYS},
+        **{k: out[k] if k in out else None for k in PAIR_KEYS if k != "network"},
+        "network": out["network"].replace("", None),
         "comparison": comp.id,
         "run_id_treatment": out["run_id_t"],
         "run_id_control": out["run_id_c"],

@@ -202,8 +202,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from aft_bench.analysis.profile import write_profile
 
     for e in write_profile(Path(args.dir), Path(args.out)):
-        print(f"{e['world']} / {e['model']}: RTT + DEC {e['step_ms']:g} ms per step, BUILD {e['build_ms']:g} ms "
-              f"({e['runs']} runs)")
+        build = f"{e['build_ms']:g} ms" if e["build_ms"] is not None else "not measured (no program ran)"
+        print(f"{e['world']} / {e['model']} / network {e['network'] or 'none'}: RTT + DEC {e['step_ms']:g} ms per "
+              f"step, BUILD {build} ({e['runs']} runs)")
     print(f"profile: {args.out}")
     return 0
 

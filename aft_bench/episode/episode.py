@@ -15,6 +15,7 @@ from aft_bench.agents.scripted import ScriptedAgent
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_pair
 from aft_bench.common.errors import HarnessError
+from aft_bench.episode.clock import VirtualClock
 from aft_bench.episode.loop import Played, play
 from aft_bench.interface.interface import Interface
 from aft_bench.interface.mechanisms import Mechanisms
@@ -74,7 +75,8 @@ async def run_episode(setup: Setup, agent: Agent) -> EpisodeResult:
     if setup.header is not None:
         trace.append("cell", **setup.header)
     surface: Surface = Interface(pipeline, mech) if mech is not None else RawSurface(pipeline)
-    played = await play(agent, surface, setup.task.brief, setup.task.budget, setup.clock)
+    clock = VirtualClock(setup.clock, f"{setup.seed}:{setup.task.id}") if setup.clock is not None else None
+    played = await play(agent, surface, setup.task.brief, setup.task.budget, clock)
     return _finish(pipeline, setup.task.criteria, played)
 
 

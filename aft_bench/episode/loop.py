@@ -7,10 +7,10 @@ and no side effects of its own: everything it does goes through the agent and th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from aft_bench.agents.protocol import Agent, End, Usage
+from aft_bench.episode.clock import VirtualClock
 from aft_bench.interface.tools import Observation, Surface
 from aft_bench.tasks.task import Brief
 
@@ -26,17 +26,18 @@ class Played:
     traffic_bytes: int = 0  # agent <-> tool server: schemas shown, call arguments, results
     model_bytes: int = 0  # agent <-> model: requests and replies, or for an agent without a model the schemas a
     #                       model would be sent with each decision
+    clock_ms: float | None = None  # the virtual clock at the end (under a network profile)
 
 
 async def play(agent: Agent, surface: Surface, brief: Brief, budget: int,
-               clock: Mapping[str, float] | None = None) -> Played:
+               clock: VirtualClock | None = None) -> Played:
     """Drive `agent` over `surface` until it ends or its tool-call budget runs out.
 
     A call whose observation says the process lost its local state restarts the agent (it is shown the
     surface again); the next `act` still receives that observation, so the agent learns what happened.
-    Under a network profile (`clock`: rtt_ms, decision_ms, build_ms) every observation carries ToolPro's
-    virtual clock at its delivery: decisions so far x DEC + round trips x RTT + programs run x BUILD, the
-    `virtual_latency_s` of the row at the end.
+    Under a network profile (`clock`) every observation carries ToolPro's virtual clock at its delivery:
+    decisions so far x DEC + round trips x RTT + programs run x BUILD; its reading at the end is the row's
+    `virtual_latency_s`.
     """
     shown = surface.surface()
     traffic = surface.shown_bytes
@@ -49,6 +50,8 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int,
         for record in agent.take_records():  # the model calls behind this action, in the trace before it acts
             surface.note(record.pop("kind", "model_call"), **record)
         turns += 1
+        if clock is not None:
+            clock.decision()
         now = agent.usage()
         sent = now.model_bytes - before.model_bytes
         # an agent with a model (or one that counts what it would send) reports its bytes, a turn answered from
@@ -65,14 +68,14 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int,
         observation = surface.call(action.tool, action.args)
         traffic += _size(action.args) + _size(observation.content)
         if clock is not None:
-            observation = replace(observation, clock_ms=turns * clock["decision_ms"] + calls * clock["rtt_ms"]
-                                  + surface.programs_run * clock["build_ms"])
+            clock.round_trip(surface.programs_run)
+            observation = replace(observation, clock_ms=clock.now_ms)
         if observation.lost:
             surface.note("agent_restart")
             shown = surface.surface()
             traffic += surface.shown_bytes
             await agent.restart(shown)
-    return Played(terminal, turns, calls, agent.usage(), traffic, model)
+    return Played(terminal, turns, calls, agent.usage(), traffic, model, clock.now_ms if clock is not None else None)
 
 
 def _size(value: object) -> int:

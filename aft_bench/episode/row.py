@@ -202,9 +202,11 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
     played = result.played
     u = played.usage
     virtual = None
-    if network is not None:
+    if played.clock_ms is not None:  # the live clock (with jitter, its draws; without, the count formula below)
+        virtual = round(played.clock_ms / 1000.0, 6)
+    elif network is not None:
         virtual = round(virtual_clock_s(played.turns, played.tool_calls, result.labels.program_attempts,
-                                        **network), 6)
+                                        **{k: network[k] for k in ("rtt_ms", "decision_ms", "build_ms")}), 6)
     return {
         **key,
         "run_id": run_id,

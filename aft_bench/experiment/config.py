@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from aft_bench.agents.registry import DEFAULT_AGENT, AgentSpec, agent_spec
 from aft_bench.common.canonical import canonical_json, digest
@@ -30,6 +30,17 @@ class Network(BaseModel):
     rtt_ms: float = Field(ge=0, le=3.6e6)  # an hour: beyond it a virtual clock means nothing
     decision_ms: float = Field(ge=0, le=3.6e6)
     build_ms: float = Field(ge=0, le=3.6e6)
+    # each charge scaled by a lognormal draw of mean 1 and this coefficient of variation, seeded by the run's seed
+    # and task (0: the exact count formula)
+    jitter: float = Field(default=0.0, ge=0, le=10)
+
+    @model_serializer(mode="wrap")
+    def _jitter_only_when_set(self, handler: Any) -> dict[str, Any]:
+        """A profile without jitter dumps (and hashes: config and run keys) as before jitter existed."""
+        out = handler(self)
+        if not self.jitter:
+            out.pop("jitter", None)
+        return out
 
 
 class Experiment(BaseModel):
