@@ -50,6 +50,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "replay_duplicates", "router_safety",
                                                                        "router_context", "router_recall",
                                                                        "program_latency", "program_traffic",
+                                                                       "program_latency_written",
+                                                                       "program_traffic_written",
                                        "program_loss_duplicates"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)

@@ -213,6 +213,7 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
                                        "terminal_verification", "partial_verification", "discovery_correctness",
                                        "discovery_wrong_tool", "replay_duplicates", "router_safety",
                                        "router_context", "router_recall", "program_latency", "program_traffic",
+                                       "program_latency_written", "program_traffic_written",
                                        "program_loss_duplicates"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0

@@ -124,3 +124,19 @@ def test_the_broken_policy_s_mistake_per_submission() -> None:
     assert [mistake_of("changed_write", j) for j in range(3)] == ["type_error", "changed_write", "changed_write"]
     assert [mistake_of("undeclared_tool", j) for j in range(2)] == ["undeclared_tool", None]
     assert [mistake_of(None, j) for j in range(2)] == [None, None]
+
+
+def test_programs_a_model_writes_beat_its_stepwise_calls_in_latency_and_traffic(tmp_path: Path) -> None:
+    """configs/llm_program_latency.toml: the programmer with run_program offered against the same model without
+    it, on the 16 Memos workflows at RTT = 1000 ms; both comparisons hold with their CI above zero."""
+    from aft_bench.analysis.analyze import Options, analyze
+
+    out = tmp_path / "o"
+    assert main(["run", str(ROOT / "configs" / "llm_program_latency.toml"), "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 32 and set(df["outcome"]) == {"completed"} and df["duplicate_effects"].sum() == 0
+    written = df[df["condition"] == "I0-program-replay"]
+    assert (written["mode"] == "program").all() and (df[df["condition"] == "I0"]["mode"] == "step").all()
+    rows = {r["comparison"]: r for r in analyze(out, Options(resamples=500, permutations=2000))["secondary"]}
+    for cid in ("program_latency_written", "program_traffic_written"):
+        assert rows[cid]["pairs"] == 16 and rows[cid]["ci_low"] > 0 and rows[cid]["criterion_met"] is True, rows[cid]
