@@ -287,3 +287,20 @@ def test_residual_effects_leave_out_reads() -> None:
     crit = _criteria(goal_holds=False)
     ledger = [{**_entry(0, "lookup"), "effect": "read"}, _entry(1, "charge")]
     assert _labels(_trace(_commit(0, "lookup"), _commit(1, "charge")), ledger, crit).residual_effects == 1
+
+
+def test_policy_labels_come_from_the_policy_s_decision_and_its_measurements() -> None:
+    """policy_start, the estimates it decided with (the first decision) and the mean BUILD it measured over its
+    programs; all null for a run of any other agent."""
+    crit = _criteria(goal_holds=True)
+    none = _labels(_trace(("tool_call", {"tool": "x"})), [], crit)
+    assert (none.policy_start, none.policy_step_ms, none.policy_build_ms, none.measured_build_ms) == (None,) * 4
+    decided = ("policy_decision", {"start": "cold", "chose": "program", "calls": 6, "step_ms": 1510.5,
+                                   "build_ms": 12600, "saves_ms": -50.0})
+    lb = _labels(_trace(decided, ("policy_measured", {"build_ms": 100.0}), ("policy_measured", {"build_ms": 300.0})),
+                 [], crit)
+    assert (lb.policy_start, lb.policy_step_ms, lb.policy_build_ms, lb.measured_build_ms) == ("cold", 1510.5,
+                                                                                              12600.0, 200.0)
+    assert isinstance(lb.policy_build_ms, float)
+    unbuilt = _labels(_trace(decided), [], crit)  # it chose to stay stepwise: nothing built, nothing measured
+    assert (unbuilt.policy_start, unbuilt.measured_build_ms) == ("cold", None)
