@@ -130,6 +130,22 @@ def test_a_missing_recovery_label_counts_as_not_recovered_and_other_endpoints_st
     assert endpoint_values(df, "recovered").dtype == float
 
 
+def test_pairs_match_within_their_network_and_keep_a_null_network_null() -> None:
+    """On a network axis each run pairs with its partner under the same network (two runs of a task and arm on
+    two networks are not a duplicate); without one the pairs' network stays null, never a placeholder."""
+    nets = ('{"rtt_ms":1.0}', '{"rtt_ms":2000.0}')
+    axis = [row(workload="response_loss", task_id="t", condition=c, network=n, run_id=f"{c}{n}",
+                duplicate_effects=d + 10 * i)
+            for i, n in enumerate(nets) for c, d in (("I5", 0), ("I5-effects", 1))]
+    pairs = match_pairs(pd.DataFrame(axis), DUP).sort_values("network").reset_index(drop=True)
+    assert list(pairs["network"]) == list(nets)
+    assert [(p.run_id_treatment, p.run_id_control) for p in pairs.itertuples()] == [
+        (f"I5{n}", f"I5-effects{n}") for n in nets]
+    assert list(pairs["utility_diff"]) == [1.0, 1.0]  # each against its own network's partner (not 11 or -9)
+    plain = match_pairs(pd.DataFrame(results()), DUP)
+    assert plain["network"].isna().all()  # null, not "" nor a placeholder
+
+
 def test_pairs_carry_both_runs_both_values_and_the_signed_difference() -> None:
     df = pd.DataFrame(results())
     pairs = match_pairs(df, DUP).sort_values(["task_id", "model"]).reset_index(drop=True)

@@ -79,6 +79,12 @@ def test_the_episode_row() -> None:
     assert unpriced["cost_usd"] is None and unpriced["mechanisms"] == "{}"
 
 
+def test_the_row_carries_the_cell_s_network_when_the_config_sweeps_networks() -> None:
+    net = '{"build_ms":1.0,"decision_ms":2.0,"rtt_ms":3.0}'
+    assert episode_row({**KEY, "network": net}, "rid", {}, result(), 0.0, HASHES)["network"] == net  # type: ignore[arg-type]
+    assert episode_row(KEY, "rid", {}, result(), 0.0, HASHES)["network"] is None  # type: ignore[arg-type]
+
+
 def test_the_virtual_clock() -> None:
     assert virtual_clock_s(2, 3, 4, rtt_ms=10.0, decision_ms=100.0, build_ms=1000.0) == pytest.approx(4.23)
     assert virtual_clock_s(1, 0, 0, rtt_ms=7.0, decision_ms=0.0, build_ms=0.0) == 0.0

@@ -253,12 +253,12 @@ def test_a_deployment_where_no_program_ran_has_no_build_and_a_warm_start_there_u
     without build_ms is refused there, and with build_ms it decides with that prior."""
     cfg = tmp_path / "short.toml"
     cfg.write_text('[experiment]\nid = "short"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
-                   f'tasks_per_workload = 1\n[experiment.network]\nrtt_ms = 10\ndecision_ms = {DEC}\n'
+                   f'tasks_per_workload = 1\n[[experiment.network]]\nrtt_ms = 10\ndecision_ms = {DEC}\n'
                    f'build_ms = {BUILD}\n[[experiment.agents]]\nname = "program"\nmode = "profile"\nbuild_ms = 12600\n')
     _run(cfg, tmp_path / "c")
     assert main(["profile", str(tmp_path / "c"), "--out", str(tmp_path / "p.json")]) == 0
     (entry,) = json.loads((tmp_path / "p.json").read_text())["profiles"]
-    assert entry["build_ms"] is None and entry["step_ms"] == 10 + DEC and entry["network"] is None
+    assert entry["build_ms"] is None and entry["step_ms"] == 10 + DEC and json.loads(entry["network"])["rtt_ms"] == 10
     assert "BUILD not measured" in capsys.readouterr().out
     warm = cfg.read_text().replace('build_ms = 12600\n', 'profile = "p.json"\n')
     cfg.write_text(warm)
@@ -300,3 +300,83 @@ def test_on_a_network_axis_runs_pair_within_their_network(tmp_path: Path) -> Non
     assert row["pairs"] == 16 * len(RTTS)
     written = pd.read_parquet(tmp_path / "o" / "analysis" / "pairs.parquet")
     assert (written["comparison"] == "program_latency").sum() == 16 * len(RTTS) and written["network"].notna().all()
+
+
+def _single(tmp_path: Path, name: str, agent: str, rtt: float = 10.0, condition: str = "I0-program-replay") -> Path:
+    """A config with one [experiment.network] table (not an axis) and one agent."""
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f'[experiment]\nid = "{name}"\nworkloads = ["toolpro_memos"]\nconditions = ["{condition}"]\n'
+                   f'[experiment.network]\nrtt_ms = {rtt}\ndecision_ms = {DEC}\nbuild_ms = {BUILD}\n'
+                   f'[[experiment.agents]]\nname = "program"\n{agent}\n')
+    return cfg
+
+
+def test_a_warm_start_and_a_profile_need_runs_that_record_their_network(cold, tmp_path: Path, capsys) -> None:
+    """Under one [experiment.network] table a run does not record its network, so a profile measured there could
+    be read under any other: both the profile of such runs and a warm start under such a table are refused."""
+    out, _df = cold
+    assert main(["profile", str(out), "--out", str(tmp_path / "p.json")]) == 0
+    assert main(["run", str(_single(tmp_path, "w", 'mode = "profile"\nprofile = "p.json"')), "--out",
+                 str(tmp_path / "w")]) == 2
+    assert "a warm start reads the profile measured under its own network" in capsys.readouterr().err
+    _run(_single(tmp_path, "c", 'mode = "profile"\nbuild_ms = 12600'), tmp_path / "c")
+    assert main(["profile", str(tmp_path / "c"), "--out", str(tmp_path / "q.json")]) == 2
+    assert "do not record their network" in capsys.readouterr().err and not (tmp_path / "q.json").exists()
+
+
+def test_the_profile_file_is_part_of_the_config_s_identity(cold, tmp_path: Path, capsys) -> None:
+    """Another profile file: another config hash (so the lock and the results directory refuse it), while a
+    config that reads no file keeps its hash."""
+    out, _df = cold
+    assert main(["profile", str(out), "--out", str(tmp_path / "p.json")]) == 0
+    cfg = _config(tmp_path, "warm", 'mode = "profile"\nprofile = "p.json"')
+    before = load_matrix(cfg, WORLDS).config_hash
+    _run(cfg, tmp_path / "w")
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["profiles"][0]["step_ms"] += 1
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert load_matrix(cfg, WORLDS).config_hash != before
+    assert main(["run", str(cfg), "--out", str(tmp_path / "w")]) == 2
+    assert "different config or inputs" in capsys.readouterr().err
+    plain = Path("configs/toolpro_workflows.toml")
+    from aft_bench.common.canonical import digest
+
+    m = load_matrix(plain, WORLDS)
+    assert m.config_hash == digest(m.resolved())  # no file read: the hash of the experiment alone, as before
+
+
+def test_a_cold_start_without_programs_on_offer_stays_stepwise(tmp_path: Path) -> None:
+    """At RTT 2000 a cold start would consolidate, but the interface (I0) offers no run_program: it finishes
+    stepwise, every run completed, and its decision says step."""
+    cfg = tmp_path / "noprog.toml"
+    cfg.write_text('[experiment]\nid = "noprog"\nworkloads = ["toolpro_memos"]\nconditions = ["I0"]\n'
+                   f'[[experiment.network]]\nrtt_ms = 2000\ndecision_ms = {DEC}\nbuild_ms = {BUILD}\n'
+                   '[[experiment.agents]]\nname = "program"\nmode = "profile"\nbuild_ms = 12600\n')
+    df = _run(cfg, tmp_path / "o")
+    assert set(df["outcome"]) == {"completed"} and set(df["mode"]) == {"step"} and set(df["policy_start"]) == {"cold"}
+
+
+def test_a_plan_no_longer_than_the_cold_start_still_records_its_decision(tmp_path: Path) -> None:
+    cfg = tmp_path / "long.toml"
+    cfg.write_text('[experiment]\nid = "long"\nworkloads = ["toolpro_memos"]\nconditions = ["I0-program-replay"]\n'
+                   f'tasks_per_workload = 1\n[[experiment.network]]\nrtt_ms = 10\ndecision_ms = {DEC}\n'
+                   f'build_ms = {BUILD}\n[[experiment.agents]]\nname = "program"\nmode = "profile"\n'
+                   'build_ms = 12600\ncold_steps = 50\n')
+    row = _run(cfg, tmp_path / "o").iloc[0]
+    assert (row["outcome"], row["mode"], row["policy_start"], row["policy_step_ms"]) == ("completed", "step", "cold",
+                                                                                         10 + DEC)
+
+
+def test_cold_steps_belong_to_profile_mode(tmp_path: Path, capsys) -> None:
+    cfg = _config(tmp_path, "cs", 'mode = "program"\ncold_steps = 3')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "cold_steps is the cold start of mode" in capsys.readouterr().err
+
+
+def test_repetitions_of_a_jittered_run_draw_their_own_clock(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "reps", 'mode = "program"', networks=(10.0,), tasks=2)
+    cfg.write_text(cfg.read_text().replace("build_ms = 12600.0\n", "build_ms = 12600.0\njitter = 0.5\n", 1)
+                   .replace("tasks_per_workload = 2\n", "tasks_per_workload = 2\nrepetitions = 2\n"))
+    df = _run(cfg, tmp_path / "o")
+    by = df.pivot_table(index=["task_id", "agent_spec"], columns="rep", values="virtual_latency_s")
+    assert (by[0] != by[1]).all()

@@ -120,6 +120,8 @@ class Params(BaseModel):
             raise ValueError("rtt_ms, decision_ms and build_ms are the policy's profile: give them with mode = \"policy\"")
         if self.profile is not None and self.mode != "profile":
             raise ValueError("a profile is a warm start of mode = \"profile\"")
+        if "cold_steps" in self.model_fields_set and self.mode != "profile":
+            raise ValueError("cold_steps is the cold start of mode = \"profile\"")
         return self
 
 
@@ -146,6 +148,9 @@ def deployment_problem(params: Params, world: str, network: str | None, clocked:
         return 'mode = "profile" measures the virtual clock: give the experiment a network profile'
     if params.profile is None:
         return None
+    if network is None:
+        return ("a warm start reads the profile measured under its own network: give the networks as "
+                "[[experiment.network]] (a list, even of one), which each run records")
     entry = params.profile.entry(world, network)
     if entry is None:
         return (f"the profile has no entry for world {world!r} under network {network or 'none'} "
@@ -213,13 +218,9 @@ class ProgramAgent:
             assert params.rtt_ms is not None and params.decision_ms is not None and params.build_ms is not None
             saves = program_saves_ms(len(self.calls), params.rtt_ms, params.decision_ms, params.build_ms)
             self.mode = "program" if saves > 0 else "step"  # a function of the spec alone: nothing to record
-        elif params.mode == "profile" and params.profile is not None:
-            warm = params.profile.entry(*deployment)
-            if warm is None:
-                raise HarnessError(deployment_problem(params, *deployment) or "no profile entry")
-            build = warm.build_ms if warm.build_ms is not None else params.build_ms
-            assert build is not None  # refused at load otherwise (deployment_problem)
-            self._decide("warm", warm.step_ms, build)
+        self._warm = params.profile.entry(*deployment) if params.profile is not None else None
+        if params.mode == "profile" and params.profile is not None and self._warm is None:
+            raise HarnessError(deployment_problem(params, *deployment, True) or "no profile entry")
         self._describing: str | None = None
         self._described: set[str] = set()
         self.attempts = 0
@@ -232,6 +233,10 @@ class ProgramAgent:
     async def start(self, brief: Brief, surface: Sequence[ToolSpec]) -> None:
         self.brief = brief
         await self.restart(surface)
+        if self._warm is not None:  # a warm start decides before its first call, on the surface it is shown
+            build = self._warm.build_ms if self._warm.build_ms is not None else self.params.build_ms
+            assert build is not None  # refused at load otherwise (deployment_problem)
+            self._decide("warm", self._warm.step_ms, build)
 
     async def restart(self, surface: Sequence[ToolSpec]) -> None:
         self.schemas = {t.name: t.parameters for t in surface}
@@ -251,7 +256,8 @@ class ProgramAgent:
         (and, after a cold start, only when every measured step succeeded)."""
         calls = len(self.calls) - self.next_step
         saves = (calls - 1) * step_ms - build_ms
-        self.mode = "program" if saves > 0 and not self.failed_steps else "step"
+        offered = "run_program" in self.schemas  # no program where the interface offers none: stepwise on
+        self.mode = "program" if saves > 0 and not self.failed_steps and offered else "step"
         self._first_call, self._step_ms = self.next_step, step_ms
         self._records.append({"kind": "policy_decision", "start": start, "chose": self.mode, "calls": calls,
                               "step_ms": round(step_ms, 6), "build_ms": round(build_ms, 6),
@@ -310,14 +316,14 @@ class ProgramAgent:
             self._usage = replace(self._usage, model_bytes=self._usage.model_bytes + max(sent, 1))
             return action
         if self.mode == "profile":  # a cold start (no profile): measure the first steps, then decide for the rest
-            if observation is None or self.next_step < self.params.cold_steps:
+            if observation is None or self.next_step < min(self.params.cold_steps, len(self.calls)):
                 return self._step(observation)
             if observation.clock_ms is None:
                 raise HarnessError('mode = "profile" measures the virtual clock: give the experiment a network')
             if _status(observation)[0] != "ok":
                 self.failed_steps += 1
             assert self.params.build_ms is not None
-            self._decide("cold", (self._clock - self._steps_from) / self.next_step, self.params.build_ms)
+            self._decide("cold", (self._clock - self._steps_from) / max(self.next_step, 1), self.params.build_ms)
             observation = None  # that step's result is counted: act afresh
         if self.mode == "step":
             return self._step(observation)

@@ -53,8 +53,7 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     for arm, which, cond in (("t", "treatment", comp.treatment), ("c", "control", comp.control)):
         part = arm_rows(df, comp, which).copy()
         part["_value"] = endpoint_values(part, comp.endpoint)
-        part = part.assign(catalog_size=part["catalog_size"].astype("Int64").astype(str),
-                           network=part["network"].fillna("").astype(str))  # nulls do not match as index keys
+        part = part.assign(catalog_size=part["catalog_size"].astype("Int64").astype(str))
         dup = part.duplicated(keys, keep=False)
         if dup.any():
             raise InputError("<results>", "pairs", comp.id, f"{int(dup.sum())} {cond} runs share a pair key")
@@ -73,8 +72,7 @@ def match_pairs(df: "pd.DataFrame", comp: Comparison) -> "pd.DataFrame":
     out = joined.reset_index()
     out["utility_diff"] = comp.sign * (out["_value_t"] - out["_value_c"])
     return pd.DataFrame({
-        **{k: out[k] if k in out else None for k in PAIR_KEYS if k != "network"},
-        "network": out["network"].replace("", None),
+        **{k: out[k] if k in out else None for k in PAIR_KEYS},
         "comparison": comp.id,
         "run_id_treatment": out["run_id_t"],
         "run_id_control": out["run_id_c"],

@@ -23,6 +23,10 @@ def profiles(df: pd.DataFrame, source: Path) -> list[dict[str, Any]]:
     if measured.empty:
         raise InputError(source, "policy_start", None, "no run here used the profile-driven policy "
                          "(program agent, mode = \"profile\")")
+    if measured["network"].isna().any():
+        raise InputError(source, "network", None, "these runs do not record their network (a single "
+                         "[experiment.network] table): run the cold starts with [[experiment.network]], a list "
+                         "even of one, so that a warm start can read the profile of its own network")
     out = []
     for (world, model, network), runs in measured.groupby(["world", "model", measured["network"].fillna("")],
                                                           sort=True):

@@ -71,5 +71,7 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack)
     setup = Setup(world, task, schedule, cell.fault_seed, mech, store=store,
                   trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
                   header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()},
-                  clock=network_of(matrix, cell))
+                  clock=network_of(matrix, cell),
+                  # each repetition its own draws (the first keeps the seed-and-task draws it always had)
+                  clock_seed=f"{cell.fault_seed}:{cell.task_id}" + (f":{cell.rep}" if cell.rep else ""))
     return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}

@@ -208,8 +208,11 @@ def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Mat
                         raise InputError(p, f"experiment.agents.{i}", spec.params.get("mode"), problem)
     if len(cells) > MAX_CELLS:
         raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
-    return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells),
-                  digest(exp.model_dump(mode="json", exclude=SPEND_FIELDS)), worlds_dir)
+    identity = exp.model_dump(mode="json", exclude=SPEND_FIELDS)
+    read = [spec.params["profile"]["sha256"] for spec in agents if isinstance(spec.params.get("profile"), dict)]
+    if read:  # the files agents read are part of the config (so of its lock and manifest); other hashes unchanged
+        identity["agent_files"] = read
+    return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells), digest(identity), worlds_dir)
 
 
 def _expand(exp: Experiment, wl: Workload, conds: list[str], agents: tuple[AgentSpec, ...], p: Path) -> list[Cell]:
