@@ -329,13 +329,13 @@ class ProgramAgent:
             return self._step(observation)
         if "run_program" not in self.schemas:
             return End("escalate", "unknown")  # this interface offers no programs
+        status, code = _status(observation)
         if (self.params.mode == "profile" and observation is not None and observation.clock_ms is not None
-                and _status(observation)[1] != "program_rejected"):
+                and code != "program_rejected"):
             # what a program that ran cost beyond the call itself (one decision and one round trip): its BUILD
             assert self._step_ms is not None
             built = self._clock - self._submitted - self._step_ms
             self._records.append({"kind": "policy_measured", "build_ms": round(built, 6)})
-        status, _code = _status(observation)
         if observation is not None and status == "ok":
             return End("finish", "success")
         if self.attempts >= self.params.max_attempts or (observation is not None and status != "error"):

@@ -45,7 +45,7 @@ class Setup:
     trace_path: Path | None = None
     header: Mapping[str, Any] | None = None  # recorded as the trace's `cell` event
     clock: Mapping[str, float] | None = None  # a network profile: observations carry ToolPro's virtual clock
-    clock_seed: str | None = None  # what seeds its jitter (default: the seed and the task)
+    rep: int = 0  # the repetition: with the seed and the task, what seeds the clock's jitter
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,8 @@ async def run_episode(setup: Setup, agent: Agent) -> EpisodeResult:
     if setup.header is not None:
         trace.append("cell", **setup.header)
     surface: Surface = Interface(pipeline, mech) if mech is not None else RawSurface(pipeline)
-    seed = setup.clock_seed if setup.clock_seed is not None else f"{setup.seed}:{setup.task.id}"
+    # each repetition its own draws (the first keeps the seed-and-task draws it always had)
+    seed = f"{setup.seed}:{setup.task.id}" + (f":{setup.rep}" if setup.rep else "")
     clock = VirtualClock(setup.clock, seed) if setup.clock is not None else None
     played = await play(agent, surface, setup.task.brief, setup.task.budget, clock)
     return _finish(pipeline, setup.task.criteria, played)

@@ -29,7 +29,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = run_sync(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes, network_of(matrix, cell))
+                       time.perf_counter() - t0, hashes, setup.clock)
 
 
 async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
@@ -40,13 +40,13 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
         result = await run_episode(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
-                       time.perf_counter() - t0, hashes, network_of(matrix, cell))
+                       time.perf_counter() - t0, hashes, setup.clock)
 
 
 def network_of(matrix: Matrix, cell: Cell) -> dict[str, float] | None:
     """The network profile a cell runs under: its own on a network axis, else the experiment's one, else none."""
     if cell.network is not None:
-        return dict(json.loads(cell.network))
+        return json.loads(cell.network)
     exp = getattr(matrix, "experiment", None)  # a served episode's context has no experiment
     net = exp.network if exp is not None else None
     return net.model_dump() if net is not None and not isinstance(net, tuple) else None
@@ -71,7 +71,5 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack)
     setup = Setup(world, task, schedule, cell.fault_seed, mech, store=store,
                   trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
                   header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()},
-                  clock=network_of(matrix, cell),
-                  # each repetition its own draws (the first keeps the seed-and-task draws it always had)
-                  clock_seed=f"{cell.fault_seed}:{cell.task_id}" + (f":{cell.rep}" if cell.rep else ""))
+                  clock=network_of(matrix, cell), rep=cell.rep)
     return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}
