@@ -46,7 +46,7 @@ def check(directory: Path, expect: Path, stale_ok: bool = False) -> list[Result]
     """Evaluate every bound of `expect` on the analysis of `directory` (refused when that analysis was made
     from other results than the directory holds now, unless `stale_ok`)."""
     bounds = validate(Expectations, read_toml(expect), expect).bounds
-    read_analysis(directory, stale_ok)
+    read_analysis(directory, stale_ok)  # refuses stale or broken results
     rows = [r for name in ("primary", "secondary") for r in read_table(directory, name)]
     return evaluate(rows, bounds, expect)
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from aft_bench.analysis.table import read_analysis, read_results, read_table
+from aft_bench.analysis.table import read_analysis, read_table
 from aft_bench.analysis.toolpro import rtt_sweep
 from aft_bench.common.files import write_folder
 from aft_bench.common.paths import REFERENCE
@@ -50,12 +50,12 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 def _load(directory: Path, stale_ok: bool) -> dict[str, Any]:
     """The analysis tables, refused when they were made from other results (unless `stale_ok`)."""
-    meta, stale = read_analysis(directory, stale_ok)
+    meta, stale, results = read_analysis(directory, stale_ok)
     data: dict[str, Any] = {name: read_table(directory, name)
                             for name in ("primary", "secondary", "per_model", "lomo", "discovery", "trials")}
     # added later: an analysis made before it has no cost table (re-analyze to get one)
     data["cost"] = read_table(directory, "cost") if (directory / "analysis" / "cost.json").exists() else []
-    return {**data, "meta": meta, "stale": stale}
+    return {**data, "meta": meta, "stale": stale, "results": results}
 
 
 def _cost(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -275,7 +275,7 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
     fig2 = out_dir / "fig2_primary_effects.png"
     if _figure2(data["primary"], fig2):
         sections.append(Section("Figure 2: pooled primary effects", image=fig2.name))
-    results = read_results(directory)
+    results = data["results"]
     fig3 = out_dir / "fig3_backend_safety.png"
     t3 = _figure3(results, fig3)
     shown = None if t3 is None else t3.astype(object).where(t3.notna(), "–")

@@ -65,6 +65,47 @@ def _null(v: Any) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
+def bad_rows(values: pd.Series, base: str, nullable: bool) -> list[int]:
+    """Positions of the values that break a column's type (`base`, null allowed or not): read off the dtype where
+    the dtype decides (a numpy integer or boolean column holds no null and nothing else), else value by value."""
+    by_dtype = _bad_by_dtype(values, base, nullable)
+    if by_dtype is not None:
+        return by_dtype
+    ok = CHECKS[base][0]
+    verdicts: dict[tuple[type, Any], bool] = {}  # a column repeats its values (JSON texts above all): judge each once
+    out = []
+    for i, v in enumerate(values.tolist()):
+        key = (type(v), v)
+        try:
+            good = verdicts[key]
+        except KeyError:
+            good = verdicts[key] = (nullable and _null(v)) or (not _null(v) and ok(v))
+        except TypeError:  # an unhashable value (a list in an object column)
+            good = (nullable and _null(v)) or (not _null(v) and ok(v))
+        if not good:
+            out.append(i)
+    return out
+
+
+def _bad_by_dtype(values: pd.Series, base: str, nullable: bool) -> list[int] | None:
+    """`bad_rows` where the column's dtype alone decides, None where each value must be looked at."""
+    dt = values.dtype
+    if isinstance(dt, np.dtype):
+        if dt.kind == "b":
+            return [] if base == "bool" else None
+        if dt.kind in "iu":
+            return [] if base in ("int", "float") else None
+        if dt.kind == "f" and base == "float":
+            a = values.to_numpy()
+            broken = np.isinf(a) if nullable else ~np.isfinite(a)  # a NaN is the null
+            return np.flatnonzero(broken).tolist()
+        return None
+    masked = dt.kind in "iu" and base in ("int", "float") or dt.kind == "b" and base == "bool"
+    if masked or isinstance(dt, pd.StringDtype) and base == "str":  # values of the kind, or a null
+        return [] if nullable else np.flatnonzero(values.isna().to_numpy()).tolist()
+    return None
+
+
 def problems(df: pd.DataFrame) -> list[Problem]:
     """Every way `df` departs from the row model: missing or extra columns, wrongly typed or missing values
     (NaN included), duplicate run ids and duplicate run tuples."""
@@ -78,9 +119,8 @@ def problems(df: pd.DataFrame) -> list[Problem]:
         if name not in df.columns:
             continue
         base, nullable = col.type.rstrip("?"), col.type.endswith("?")
-        ok, what = CHECKS[base]
-        bad = [rid for rid, v in zip(ids, df[name].tolist())
-               if not ((nullable and _null(v)) or (not _null(v) and ok(v)))]
+        what = CHECKS[base][1]
+        bad = [ids[i] for i in bad_rows(df[name], base, nullable)]
         if bad:
             out.append(Problem(name, tuple(bad), f"must be {what}{' or null' if nullable else ''}"))
     if "run_id" in df.columns:
@@ -127,10 +167,10 @@ def results_sha256(directory: Path) -> str:
     return hashlib.sha256((directory / "results.parquet").read_bytes()).hexdigest()
 
 
-def read_analysis(directory: Path, stale_ok: bool = False) -> tuple[dict[str, Any], bool]:
+def read_analysis(directory: Path, stale_ok: bool = False) -> tuple[dict[str, Any], bool, pd.DataFrame]:
     """`DIR/analysis/meta.json` after checking that the analysis was made from the current results
-    (refused otherwise unless `stale_ok`); returns the meta and whether it is stale."""
-    read_results(directory)
+    (refused otherwise unless `stale_ok`); returns the meta, whether it is stale, and the results (checked)."""
+    results = read_results(directory)
     meta_path = directory / "analysis" / "meta.json"
     if not meta_path.exists():
         raise InputError(directory / "analysis", "<dir>", str(directory / "analysis"),
@@ -143,7 +183,7 @@ def read_analysis(directory: Path, stale_ok: bool = False) -> tuple[dict[str, An
         raise InputError(meta_path, "input_sha256", str(meta["input_sha256"])[:12],
                          "the analysis was made from other results than results.parquet holds now; run "
                          "`aft-bench analyze` again (or pass --stale-ok)")
-    return meta, stale
+    return meta, stale, results
 
 
 def read_table(directory: Path, name: str) -> list[dict[str, Any]]:
