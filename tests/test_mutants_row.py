@@ -175,3 +175,36 @@ def test_the_writer_fsyncs_the_temp_file_before_replacing(tmp_path: Path, monkey
                                                              real_replace(a, b))[1])
     write_parquet([full_row()], tmp_path / "r.parquet")
     assert [s[0] for s in seen] == ["fsync", "replace"] and seen[1][1] == ("r.parquet.tmp", "r.parquet")
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+ODD_VALUES = [True, False, 0, -5, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 0.5, 1e299, 1e300, -1e300, math.inf,
+              -math.inf, math.nan, "x", "", _Str("s"), _Int(3), None, {}, [], 1.0]
+
+
+@pytest.mark.parametrize("type_", ["bool", "int", "float", "str", "json"])
+def test_row_check_by_exact_type_accepts_only_what_the_value_check_accepts(type_: str) -> None:
+    """The journal's fast path (issue 28) accepts by exact type; every other value goes to `_value_problem`."""
+    for nullable in ("", "?"):
+        col = Column("c", type_ + nullable, "label", "m")
+        for value in ODD_VALUES:
+            accepted = (value is None and bool(nullable)) or rowmod._ACCEPTS[type_](value)
+            assert not accepted or _value_problem(col, value) is None, (type_ + nullable, value)
+    # and each fast check accepts the common value of its type (else the journal would judge every value twice)
+    assert all(rowmod._ACCEPTS[t](v) for t, v in [("bool", True), ("int", 3), ("float", 0.5), ("str", "x"),
+                                                         ("json", "{}")])
+
+
+def test_row_problems_equal_the_value_checks_on_odd_values() -> None:
+    for name in ("rep", "y_goal", "recall", "outcome", "catalog_size", "virtual_latency_s"):
+        for value in ODD_VALUES:
+            expected = _value_problem(SCHEMA[name], value)
+            assert row_problems({**full_row(), name: value}) == ([] if expected is None else
+                                                                  [f"column '{name}': {expected}"])

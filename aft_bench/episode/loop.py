@@ -78,9 +78,13 @@ async def play(agent: Agent, surface: Surface, brief: Brief, budget: int,
     return Played(terminal, turns, calls, agent.usage(), traffic, model, clock.now_ms if clock is not None else None)
 
 
+# json.dumps with options builds an encoder per call; this is the same encoder, built once
+_COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
 def _size(value: object) -> int:
     """Bytes of a value on the wire (text as UTF-8, anything else as compact JSON)."""
     if value is None:
         return 0
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    text = value if isinstance(value, str) else _COMPACT.encode(value)
     return len(text.encode("utf-8"))

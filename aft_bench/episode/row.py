@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from aft_bench.common.canonical import canonical_json
 from aft_bench.episode.episode import EpisodeResult
@@ -144,13 +144,32 @@ def _value_problem(col: Column, value: Any) -> str | None:
     return None if isinstance(value, str) else f"{value!r} is not a string"  # str and json (canonical text)
 
 
+# Values `_value_problem` certainly accepts, by exact type (the journal checks every row in the one process that
+# records them all): anything else, subclasses included, is judged by `_value_problem` itself.
+_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "bool": lambda v: v.__class__ is bool,
+    "int": lambda v: v.__class__ is int and INT64[0] <= v <= INT64[1],
+    "float": lambda v: v.__class__ is float and -1e300 < v < 1e300,  # false for NaN and the infinities
+    "str": lambda v: v.__class__ is str,
+    "json": lambda v: v.__class__ is str,
+}
+_PLAN = tuple((name, col, _ACCEPTS[col.type.rstrip("?")], col.type.endswith("?")) for name, col in SCHEMA.items())
+
+
 def row_problems(row: dict[str, Any]) -> list[str]:
     """How a row departs from the row model (missing or extra columns, a value of the wrong type, an integer
     beyond 64 bits, a non-finite number), each naming the column; [] for a row that can be recorded."""
-    out = [f"column '{c}' is missing" for c in SCHEMA if c not in row]
-    out += [f"'{c}' is not a column of the row model" for c in row if c not in SCHEMA]
-    for name, col in SCHEMA.items():
-        if name in row and (problem := _value_problem(col, row[name])) is not None:
+    out: list[str] = []
+    if row.keys() != SCHEMA.keys():
+        out += [f"column '{c}' is missing" for c in SCHEMA if c not in row]
+        out += [f"'{c}' is not a column of the row model" for c in row if c not in SCHEMA]
+    for name, col, accepts, nullable in _PLAN:
+        if name not in row:
+            continue
+        value = row[name]
+        if (value is None and nullable) or accepts(value):
+            continue
+        if (problem := _value_problem(col, value)) is not None:
             out.append(f"column '{name}': {problem}")
     return out
 

@@ -7,12 +7,12 @@ the commit point); whoever calls it decides whether to use them. It always recor
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aft_bench.common.canonical import canonical_pair, digest
+from aft_bench.common.jsoncopy import deep_copy
 from aft_bench.world.manifest import VERSION, Operation, World
 from aft_bench.world.store import MemoryStore, Store
 
@@ -83,7 +83,7 @@ class Backend:
 
     def __init__(self, world: World, overrides: dict[str, Any] | None = None, store: Store | None = None) -> None:
         self.world = world
-        self._overrides = copy.deepcopy(overrides)
+        self._overrides = deep_copy(overrides)
         self.store: Store = store if store is not None else MemoryStore()
         self.reset()
 
@@ -173,7 +173,7 @@ class Backend:
             return {"record": self.record(resolved.targets[0]), "ref": resolved.targets[0]}
         where = self._bind(op.where, resolved.args)
         found = [
-            {"ref": _ref(op.collection, k), **copy.deepcopy(r)}
+            {"ref": _ref(op.collection, k), **deep_copy(r)}
             for k, r in self.store.scan(op.collection)
             if all(r.get(f) == v for f, v in where.items())
         ]
@@ -238,7 +238,7 @@ class Backend:
         if key is not None:
             prior = self.store.by_key(key)
             if prior is not None:
-                prior = copy.deepcopy(prior)
+                prior = deep_copy(prior)
                 raise _Rejected(CommitOutcome("replayed", prior, "idempotency key already committed", prior["result"]))
         authorized = self.authorized(principal, op.permission)
         if guards.authority_at_commit and not authorized:
@@ -264,7 +264,7 @@ class Backend:
         self.store.append(entry)
         if op.compensates is not None and op.key is not None and resolved.targets:
             self.store.compensate(op.compensates, resolved.targets[0])
-        return CommitOutcome("committed", copy.deepcopy(entry), "", copy.deepcopy(result))
+        return CommitOutcome("committed", deep_copy(entry), "", deep_copy(result))
 
     def _apply(self, op: Operation, resolved: ResolvedOp, parts: tuple[str, ...],
                expected_version: int | None) -> tuple[list, list, dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aft_bench.common.canonical import Frozen, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
+from aft_bench.common.jsoncopy import deep_copy
 
 EffectClass = Literal["read", "reversible", "compensatable", "irreversible"]
 OpKind = Literal["read", "list", "create", "update", "update_many", "job"]
@@ -145,7 +145,7 @@ class World:
         records: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.manifest.collections}
         for coll, recs in self.manifest.state.items():
             for key, rec in recs.items():
-                records[coll][key] = {**copy.deepcopy(rec), VERSION: rec.get(VERSION, 1)}
+                records[coll][key] = {**deep_copy(rec), VERSION: rec.get(VERSION, 1)}
         permissions = {p: sorted(set(v.permissions)) for p, v in self.manifest.principals.items()}
         state: dict[str, Any] = {
             "records": records,
@@ -164,7 +164,7 @@ def apply_overrides(state: dict[str, Any], overrides: dict[str, Any]) -> None:
             raise KeyError(f"records.{coll}")
         for key, fields in recs.items():
             base = state["records"][coll].get(key, {VERSION: 1})
-            state["records"][coll][key] = {**base, **copy.deepcopy(fields)}
+            state["records"][coll][key] = {**base, **deep_copy(fields)}
     for principal, perms in overrides.get("permissions", {}).items():
         state["permissions"][principal] = sorted(set(perms))
 

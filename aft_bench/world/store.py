@@ -7,11 +7,11 @@ store (`sqlite_store.py`) implements the same protocol behind a real transaction
 
 from __future__ import annotations
 
-import copy
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Iterator, Protocol
 
 from aft_bench.common.canonical import canonical_json
+from aft_bench.common.jsoncopy import deep_copy
 from aft_bench.world.manifest import VERSION
 
 
@@ -92,12 +92,12 @@ class MemoryStore:
             return None
         changed = force or any(rec.get(f) != v for f, v in values.items())
         if changed:
-            rec.update(copy.deepcopy(values))
+            rec.update(deep_copy(values))
             rec[VERSION] = before + 1
         return before, rec[VERSION], changed
 
     def insert(self, coll: str, key: str, rec: dict[str, Any]) -> None:
-        self.state["records"][coll][key] = copy.deepcopy(rec)
+        self.state["records"][coll][key] = deep_copy(rec)
 
     def bump_counter(self, coll: str) -> int:
         self.state["counters"][coll] += 1
