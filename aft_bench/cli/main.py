@@ -139,6 +139,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.experiment.runner import run_matrix
 
     scheduler = _executor(args)
+    if scheduler is None and (args.workers > 1 or args.loops > 1):  # worker processes likely: their server
+        from aft_bench.experiment.executors import start_process_server  # starts loading beside ours
+
+        start_process_server()
     matrix = load_matrix(args.config, _worlds_dir(args.worlds))
     workers, note = _workers(args.workers, len(matrix.cells))
     out = Path(args.out)
