@@ -207,3 +207,37 @@ def test_events_read_from_a_file_carry_their_data_text_and_a_forged_state_is_sti
     assert forged[i].data_json is not None
     with pytest.raises(TraceIntegrityError, match="does not match its recorded hash"):  # known negative
         recorded_state(forged)
+
+
+def test_a_trace_file_exists_from_the_start_and_holds_what_was_flushed(tmp_path: Path) -> None:
+    """Created when the trace is (a killed attempt leaves its file for quarantine), written in chunks of about
+    8 KB before the seal, and the rest written by the seal: the same bytes a text-mode file gave."""
+    p = tmp_path / "t.jsonl"
+    t = Trace(p)
+    assert p.exists() and p.read_bytes() == b""
+    t.append("small", x="é")
+    assert p.read_bytes() == b""  # buffered
+    for i in range(40):
+        t.append("big", i=i, pad="x" * 400)
+    written = p.read_bytes()
+    assert len(written) >= 8192 and written.endswith(b"\n")  # whole lines only
+    lines = written.decode().splitlines()
+    assert json.loads(lines[0])["data"] == {"x": "é"} and len(lines) < 41
+    t.seal()
+    events = read_events(p)
+    assert len(events) == 42 and events[-1].kind == "sealed"
+    verify(events)
+
+
+def test_a_trace_dropped_unsealed_still_writes_what_it_holds(tmp_path: Path) -> None:
+    """An episode that raises drops its trace unsealed: its lines reach the file (and verify says unsealed)."""
+    import gc
+
+    p = tmp_path / "t.jsonl"
+    t = Trace(p)
+    t.append("a", x=1)
+    del t
+    gc.collect()
+    assert [e.kind for e in read_events(p)] == ["a"]
+    with pytest.raises(TraceIntegrityError):
+        verify_file(p)

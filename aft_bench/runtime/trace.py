@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -59,16 +60,39 @@ def _event_hash(seq: int, kind: str, data: Any, prev: str) -> str:
 class Trace:
     """An append-only event log, optionally mirrored to a JSONL file opened in append mode.
 
-    Lines are buffered and flushed when the trace is sealed; an unsealed file (a crashed run) fails `verify`.
+    The file is created when the trace is; lines are buffered (encoded as they are appended) and written when
+    _FLUSH_BYTES have gathered and when the trace is sealed; an unsealed file (a crashed run) fails `verify`. A
+    plain descriptor and one write per flush: a text-mode file object cost a quarter of a millisecond per episode.
     """
+
+    _FLUSH_BYTES = 8192  # what a text-mode file buffered before this class wrote its own lines
 
     def __init__(self, path: str | Path | None = None) -> None:
         self._events: list[Event] = []
         self._path = Path(path) if path is not None else None
-        self._fh = None
+        self._fd: int | None = None
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         if self._path is not None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = self._path.open("a", encoding="utf-8")
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+
+    def _flush(self) -> None:
+        """Write the buffered lines (all of them: a short write is continued)."""
+        assert self._fd is not None
+        data = memoryview(b"".join(self._pending))
+        self._pending, self._pending_bytes = [], 0
+        while data:
+            data = data[os.write(self._fd, data):]
+
+    def __del__(self) -> None:
+        """A trace dropped unsealed (an episode that raised) still writes what it holds, as a file object would."""
+        if getattr(self, "_fd", None) is not None:
+            try:
+                self._flush()
+            finally:
+                os.close(self._fd)  # type: ignore[arg-type]
+                self._fd = None
 
     @property
     def head(self) -> str:
@@ -94,17 +118,24 @@ class Trace:
         digest_ = _hash(seq, kind, data_json, prev)
         ev = Event(seq, kind, MappingProxyType(data), prev, digest_, data_json)
         self._events.append(ev)
-        if self._fh is not None:
-            kind_json = _kind_json(kind)
-            self._fh.write(f'{{"data":{data_json},"hash":"{digest_}","kind":{kind_json},"prev":"{prev}","seq":{seq}}}\n')
+        if self._fd is not None:
+            line = f'{{"data":{data_json},"hash":"{digest_}","kind":{_kind_json(kind)},"prev":"{prev}","seq":{seq}}}\n'
+            encoded = line.encode("utf-8")
+            self._pending.append(encoded)
+            self._pending_bytes += len(encoded)
+            if self._pending_bytes >= self._FLUSH_BYTES:
+                self._flush()
         return ev
 
     def seal(self) -> Event:
         """Close the trace with its event count; returns the seal event, whose hash anchors the whole trace."""
         ev = self.append(SEAL, count=len(self._events))
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            try:
+                self._flush()
+            finally:
+                os.close(self._fd)
+                self._fd = None
         return ev
 
     def events(self) -> tuple[Event, ...]:
