@@ -11,7 +11,12 @@ price for the offline model (0.15 / 0.60 USD per million input / output tokens, 
 litellm computes its cost from that instead of searching its price map for a model it does not know on every
 call (a declared price of 0 is no cheaper: litellm then runs its zero-cost diagnostics on every call).
 
+The two sides share the machine with the offline model's process, so one pair of runs swings by about 0.1 in
+the CPU ratio; `--rounds N` measures N pairs, each the harness's run then litellm alone on that run's requests,
+and the medians count (each round's figures are printed too).
+
     .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price] [--loops 2]
+                                                        [--rounds 5]
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -43,6 +50,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--price", action="store_true", help="declare a price for the offline model (0.15/0.60 USD per Mtok)")
     ap.add_argument("--loops", type=int, default=1, help="event loops (processes) sharing the concurrency")
+    ap.add_argument("--rounds", type=int, default=1, help="pairs of runs (harness, then litellm alone); medians count")
     args = ap.parse_args()
     log = Path(tempfile.mkdtemp()) / "requests.jsonl"  # the server logs every request: litellm alone replays them
     server = subprocess.Popen([str(EXE), "fake-llm", "--latency", str(args.latency)], stdout=subprocess.PIPE,
@@ -66,7 +74,6 @@ api_key_env = "AFT_BENCH_FAKE_KEY"
 concurrency = {args.concurrency}
 {"input_usd_per_mtok = 0.15" + chr(10) + "output_usd_per_mtok = 0.6" if args.price else ""}
 ''')
-            out = Path(tmp) / "out"
             os.environ["AFT_BENCH_FAKE_KEY"] = "offline"
             tokens.warm()  # the tokenizer, then litellm: one-off imports, untimed (the runner's own warm-up finds them)
             tokens.litellm_module()
@@ -75,30 +82,74 @@ concurrency = {args.concurrency}
                 warm.start()
                 warm.join()
             matrix = load_matrix(cfg, ROOT / "worlds")
-            t0, c0 = time.perf_counter(), time.process_time()
-            run_matrix(matrix, out, loops=args.loops)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            df = pd.read_parquet(out / "results.parquet")
-        calls = int(df["model_calls"].sum())
+            rounds = []
+            for r in range(args.rounds):
+                out = Path(tmp) / f"out{r}"
+                seen = len(log.read_text().splitlines()) if log.exists() else 0
+                t0, c0 = time.perf_counter(), time.process_time()
+                run_matrix(matrix, out, loops=args.loops)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                df = pd.read_parquet(out / "results.parquet")
+                requests = [json.loads(ln)["request"] for ln in log.read_text().splitlines()[seen:]]
+                alone_wall, alone_cpu = litellm_alone(url, requests, args.concurrency, args.price)
+                rounds.append(Round(wall, cpu, int(df["model_calls"].sum()), int(df["retries"].sum()), len(df),
+                                    alone_wall, alone_cpu, len(requests)))
         served_cpu = _cpu_s(server.pid)
-        requests = [json.loads(ln)["request"] for ln in log.read_text().splitlines()]
-        alone_wall, alone_cpu = litellm_alone(url, requests, args.concurrency, args.price)
     finally:
         server.terminate()
-    ideal = calls * args.latency / args.concurrency
-    print(f"{len(df)} episodes{' (declared price 0.15/0.60 USD per Mtok)' if args.price else ''}, {calls} model calls "
-          f"({calls / len(df):.2f} per episode), latency {args.latency} s, concurrency {args.concurrency} on "
-          f"{args.loops} loop(s), "
-          f"provider retries {int(df['retries'].sum())}")
-    print(f"harness: wall {wall:.2f} s, ideal {ideal:.2f} s: ratio {wall / ideal:.3f} (target <= 1.25)")
-    n = len(requests)
-    print(f"litellm alone, the same {n} requests (as the harness sent them) from {args.concurrency} callers on one "
-          f"loop, no harness: wall {alone_wall:.2f} s, ratio {alone_wall / ideal:.3f}")
-    print(f"CPU per model call: harness {cpu / calls * 1000:.2f} ms, litellm alone {alone_cpu / n * 1000:.2f} ms: "
-          f"ratio {(cpu / calls) / (alone_cpu / n):.3f} (bar <= 1.2)" + (" [loops > 1: the harness's CPU in its "
-          "loop processes is not counted here]" if args.loops > 1 else ""))
-    print(f"wall: harness / litellm alone {wall / alone_wall:.3f} (bar <= 1.15)")
-    print(f"the offline model's own process (on the same cores): {served_cpu / calls * 1000:.1f} ms CPU per call")
+    first = rounds[0]
+    ideal = first.calls * args.latency / args.concurrency
+    print(f"{first.episodes} episodes{' (declared price 0.15/0.60 USD per Mtok)' if args.price else ''}, {first.calls} model "
+          f"calls ({first.calls / first.episodes:.2f} per episode), latency {args.latency} s, concurrency "
+          f"{args.concurrency} on {args.loops} loop(s), provider retries {sum(r.retries for r in rounds)}; "
+          f"{len(rounds)} round(s), each the harness then litellm alone on the same requests (as the harness sent "
+          f"them) from {args.concurrency} callers on one loop")
+    for i, r in enumerate(rounds, start=1):
+        print(f"  round {i}: harness wall {r.wall:.2f} s, CPU {r.cpu_per_call * 1000:.2f} ms/call; litellm alone wall "
+              f"{r.alone_wall:.2f} s, CPU {r.alone_cpu_per_call * 1000:.2f} ms/call; ratios CPU {r.cpu_ratio:.3f}, "
+              f"wall {r.wall_ratio:.3f}")
+    med = statistics.median
+    print(f"harness: wall {med(r.wall for r in rounds):.2f} s, ideal {ideal:.2f} s: ratio "
+          f"{med(r.wall for r in rounds) / ideal:.3f} (target <= 1.25)")
+    print(f"litellm alone: wall {med(r.alone_wall for r in rounds):.2f} s, ratio "
+          f"{med(r.alone_wall for r in rounds) / ideal:.3f}")
+    print(f"CPU per model call: harness {med(r.cpu_per_call for r in rounds) * 1000:.2f} ms, litellm alone "
+          f"{med(r.alone_cpu_per_call for r in rounds) * 1000:.2f} ms: ratio {med(r.cpu_ratio for r in rounds):.3f} "
+          f"(median of the rounds' ratios; bar <= 1.2)" + (" [loops > 1: the harness's CPU in its loop processes is "
+                                                          "not counted here]" if args.loops > 1 else ""))
+    print(f"wall: harness / litellm alone {med(r.wall_ratio for r in rounds):.3f} (median; bar <= 1.15)")
+    print(f"the offline model's own process (on the same cores): "
+          f"{served_cpu / sum(r.calls + r.alone_calls for r in rounds) * 1000:.1f} ms CPU per call")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One pair of runs: the harness's matrix, then litellm alone on the requests that run sent."""
+
+    wall: float
+    cpu: float
+    calls: int
+    retries: int
+    episodes: int
+    alone_wall: float
+    alone_cpu: float
+    alone_calls: int
+
+    @property
+    def cpu_per_call(self) -> float:
+        return self.cpu / self.calls
+
+    @property
+    def alone_cpu_per_call(self) -> float:
+        return self.alone_cpu / self.alone_calls
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.cpu_per_call / self.alone_cpu_per_call
+
+    @property
+    def wall_ratio(self) -> float:
+        return self.wall / self.alone_wall
 
 
 def _cpu_s(pid: int) -> float:

@@ -222,6 +222,41 @@ def test_a_module_added_to_the_import_graph_is_frozen_and_a_missing_root_is_an_e
         freeze.frozen_code(("aft_bench.a.vanished",))
 
 
+def _ast_imports(text: str) -> set[str]:
+    """The reference the import scan is held to: every aft_bench import statement in the syntax tree."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "aft_bench":
+                out.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return out
+
+
+def test_the_import_scan_finds_every_import_the_syntax_tree_has(tmp_path) -> None:
+    """The freeze reads imports with a regular expression (parsing was most of a run's fixed cost): in every module
+    of the package it finds at least what `ast` finds (more is only a string that looks like an import), and the
+    forms that span lines or sit in blocks are found."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        missed = _ast_imports(path.read_text()) - freeze._imported(path)
+        assert not missed, f"{path}: the import scan misses {sorted(missed)}"
+    f = tmp_path / "m.py"
+    f.write_text("from aft_bench.a import (b,  # why\n    c as d,\n)\nif x:\n    import aft_bench.e.f as g, aft_bench.h\n"
+                 "from aft_bench.i import \\\n    j\ntry:\n    pass\nexcept E:\n    from aft_bench.k import l  # m\n"
+                 "import os, aft_bench.n\n")
+    want = {"aft_bench.a", "aft_bench.a.b", "aft_bench.a.c", "aft_bench.e", "aft_bench.e.f", "aft_bench.h",
+            "aft_bench.i", "aft_bench.i.j", "aft_bench.k", "aft_bench.k.l", "aft_bench.n"}
+    assert _ast_imports(f.read_text()) == want and freeze._imported(f) == want
+
+
 def test_workers_never_fork_the_runner() -> None:
     assert executors.context().get_start_method() in ("forkserver", "spawn")
 
