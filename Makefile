@@ -40,7 +40,7 @@ reproduce: $(STAMP)
 	@echo "SQLite replication (Fig. 3): results/latest-sqlite/report/report.md -> $(SQL_DIR)"
 
 ## test: set up and run the test suite
-# the suite on both cores (pytest-xdist): 3.4 min here against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
+# the suite on both cores (pytest-xdist): 2.9-4.2 min here (the machine's speed moves) against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
