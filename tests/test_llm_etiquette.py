@@ -145,6 +145,31 @@ def test_the_request_text_reuses_the_tools_text_and_equals_the_sorted_json(tool_
     assert agent._tool_list()[1] != before and "now described" in agent._tool_list()[1]
 
 
+def test_the_request_text_built_from_cached_messages_equals_the_sorted_json_through_whole_episodes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each message's text is encoded once and reused on later calls; over every comparison of the offline config
+    (restarts, reminders, described tools, litellm handling the same message lists) every request's text must
+    still be exactly `json.dumps(request, sort_keys=True)`, the bytes the trace's request hash was always of."""
+    from aft_bench.agents.llm import LLMAgent
+
+    cached = LLMAgent._request_text
+    checked: list[int] = []
+
+    def checking(self: LLMAgent, request: dict, tools_text: str) -> bytes:
+        text = cached(self, request, tools_text)
+        assert text == json.dumps(request, sort_keys=True).encode()
+        checked.append(len(self._messages))
+        return text
+
+    monkeypatch.setattr(LLMAgent, "_request_text", checking)
+    root = Path(__file__).resolve().parent.parent
+    assert main(["run", str(root / "configs" / "llm_offline.toml"), "--out", str(tmp_path / "out")]) == 0
+    rows = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert len(checked) == rows["model_calls"].sum() and max(checked) >= 6  # conversations grew past a few turns
+    restarted = [f for f in (tmp_path / "out" / "traces").iterdir() if '"kind":"agent_restart"' in f.read_text()]
+    assert restarted  # a conversation started over (a new message list) after state loss was among them
+
+
 def _hold_five_and_halve(gates: dict) -> None:
     """In another process: take five slots of the shared endpoint limit and answer one with a rate limit."""
     from aft_bench.agents import endpoints

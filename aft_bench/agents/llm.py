@@ -280,6 +280,9 @@ class LLMAgent:
         self._messages: list[dict[str, Any]] = []
         self._tools: dict[str, dict[str, Any]] = {}
         self._tool_cache: tuple[tuple[Any, ...], list[dict[str, Any]], str] | None = None
+        # each message's sorted JSON, encoded once: a conversation only grows (a restart starts a new list), so a
+        # call encodes its new messages, not the whole conversation again
+        self._message_texts: tuple[list[dict[str, Any]], list[str]] = ([], [])
         self._pending: str | None = None  # the tool_call id awaiting its result
         self._turns = 0
         self._brief: Brief | None = None
@@ -382,8 +385,9 @@ class LLMAgent:
 
         return scrub
 
-    def _request(self) -> dict[str, Any]:
-        return {"model": self.params.model, "messages": self._messages, "tools": self._tool_list()[0],
+    def _request(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        return {"model": self.params.model, "messages": self._messages,
+                "tools": self._tool_list()[0] if tools is None else tools,
                 "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
                 **self.params.tool_choice_arg()}
 
@@ -396,18 +400,34 @@ class LLMAgent:
             self._tool_cache = (key, tools, json.dumps(tools, sort_keys=True))
         return self._tool_cache[1], self._tool_cache[2]
 
-    @staticmethod
-    def _request_text(request: dict[str, Any], tools_text: str) -> bytes:
-        """`json.dumps(request, sort_keys=True)`, with the tools' text reused: "tools" is the last key in sorted
-        order, so the request without it, opened up, takes the cached text as its last member."""
-        rest = json.dumps({k: v for k, v in request.items() if k != "tools"}, sort_keys=True)
-        return f'{rest[:-1]}, "tools": {tools_text}}}'.encode()
+    def _request_text(self, request: dict[str, Any], tools_text: str) -> bytes:
+        """`json.dumps(request, sort_keys=True)`, member by member in sorted order, with the tools' cached text and
+        the messages' texts encoded once each (the same bytes: the encoder joins members with ", " and ": ")."""
+        members = []
+        for key in sorted(request):
+            if key == "tools" and self._tool_cache is not None and request[key] is self._tool_cache[1]:
+                text = tools_text
+            elif key == "messages" and request[key] is self._messages:
+                text = f"[{', '.join(self._message_json())}]"
+            else:
+                text = json.dumps(request[key], sort_keys=True)
+            members.append(f"{json.dumps(key)}: {text}")
+        return f"{{{', '.join(members)}}}".encode()
+
+    def _message_json(self) -> list[str]:
+        """The sorted JSON of every message of the conversation, the new ones encoded now."""
+        held, texts = self._message_texts
+        if held is not self._messages or len(texts) > len(held):  # a new conversation (a reset, a restart)
+            held, texts = self._messages, []
+            self._message_texts = (held, texts)
+        texts.extend(json.dumps(m, sort_keys=True) for m in held[len(texts):])
+        return texts
 
     async def _complete(self) -> dict[str, Any]:
         """One model decision, with the harness's retries; returns the reply message as a plain dict."""
         litellm = litellm_module()
-        request = self._request()
-        tools_text = self._tool_list()[1]
+        tools, tools_text = self._tool_list()
+        request = self._request(tools)
         request_text = self._request_text(request, tools_text)
         request_hash = hashlib.sha256(request_text).hexdigest()
         base = routed_base(self.params.api_base)
@@ -424,7 +444,10 @@ class LLMAgent:
                 call = litellm.acompletion(**request, api_base=base, api_key=api_key(self.params),
                                            **self.params.pricing(), timeout=self.params.timeout_s, num_retries=0,
                                            max_retries=0)
-                try:  # litellm's timeout bounds each read; this bounds the whole call (a slow or endless body)
+                # litellm's timeout bounds each read; this bounds the whole call (a slow or endless body). As a task
+                # of its own (wait_for): asyncio.timeout in this task measured slower, wall 1.25-1.29x litellm alone
+                # against 1.10-1.16x (bench_llm_concurrency.py, alternating runs)
+                try:
                     response = await asyncio.wait_for(call, self.params.timeout_s)
                 except TimeoutError:
                     raise CallDeadline(f"no complete answer within {self.params.timeout_s:g} s") from None

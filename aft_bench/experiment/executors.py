@@ -18,6 +18,7 @@ from typing import Any
 
 from aft_bench.agents import endpoints
 from aft_bench.agents.registry import AgentSpec
+from aft_bench.common import heap
 from aft_bench.common.lifetime import die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
@@ -56,6 +57,7 @@ def concurrent(matrix: Matrix, pending: list[int], out: Path, limits: dict[str, 
     outcomes: queue.Queue[Outcome | None] = queue.Queue()
     tokens.warm()  # the tokenizer and litellm load here, once, not on the loop while 32 episodes wait for them
     tokens.litellm_module()
+    heap.settle()  # and stay for the process: full collections during the episodes do not walk them
 
     async def one(i: int, gate: asyncio.Semaphore) -> None:
         cell = matrix.cells[i]
@@ -171,6 +173,7 @@ def concurrent_processes(matrix: Matrix, pending: list[int], out: Path, limits: 
 
 def serial(matrix: Matrix, pending: list[int], out: Path, may_start: Callable[[], bool] = lambda: True
            ) -> Iterator[Outcome]:
+    heap.settle()
     for i in pending:
         if not may_start():
             return
@@ -184,6 +187,7 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(config: str, worlds: str, out: str) -> None:
     die_with_parent()  # a worker ends with the forkserver, which ends with the runner
     _WORKER.update(matrix=load_matrix(config, Path(worlds)), out=Path(out))
+    heap.settle()
 
 
 def _run_chunk(chunk: list[int]) -> list[Outcome]:
