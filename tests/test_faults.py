@@ -205,6 +205,23 @@ def test_durable_invocation_record_is_canonical_json_and_round_trips() -> None:
     back = Invocation.from_json(inv.to_json())
     assert (back.request, back.resolved, back.status, back.response) == (req, inv.resolved, "responded",
                                                                          inv.response)
+    # snapshots share the fixed members' JSON with their original (made once), and still spell what changed since
+    first = inv.snapshot()
+    inv.status, inv.commit_status, inv.units_done = "committed", "committed", 2
+    second = inv.snapshot()
+    assert first._fixed_json is second._fixed_json is inv._fixed_json is not None
+    assert second.to_json() == canonical_json({
+        "inv": "inv-0001", "request": asdict(req), "resolved": asdict(inv.resolved), "effect_id": "eff-1",
+        "status": "committed", "units_done": 2, "response": inv.response, "commit_status": "committed"})
+    assert first.to_json() != second.to_json() and '"status":"responded"' in first.to_json()
+
+
+@pytest.mark.parametrize("value", [None, True, False, 1, 0, -7, 2 ** 70, "committed", "é\n\"", "\ud800", ""])
+def test_a_remembered_words_json_is_its_canonical_json_and_keeps_equal_keys_of_other_types_apart(value) -> None:
+    from aft_bench.common.canonical import canonical_json, word_json
+
+    assert word_json(value) == canonical_json(value)
+    assert word_json(1) == "1" and word_json(True) == "true"  # equal and hash-equal, yet spelled apart
 
 
 # --- exact outputs that mutation testing showed were free to change -----------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import lru_cache
 from typing import Any, Callable
 
 # One encoder for every call: `json.dumps` with non-default options builds a new encoder each time, and this
@@ -98,8 +99,16 @@ def canonical_bytes(value: Any) -> bytes:
 
 def canonical_json(value: Any) -> str:
     """Serialize with sorted keys, no whitespace and no NaN, so equal values give equal bytes."""
+    if value is None:  # the commonest scalars of a record (an unset field) without the float and NaN checks
+        return "null"
     out = _fast(value)
     return out.decode("utf-8") if out is not None else _reference(value)
+
+
+@lru_cache(maxsize=1024, typed=True)  # typed: True, 1 and 1.0 are equal keys but three spellings
+def word_json(value: str | int | bool | None) -> str:
+    """canonical_json of a scalar from a small set that a record repeats (a status, an id), remembered."""
+    return canonical_json(value)
 
 
 def digest(value: Any) -> str:

@@ -49,10 +49,12 @@ def secret_name(name: str) -> bool:
 
 class _Known:
     """The environment's secret values, re-read when the environment changes: a variable added or removed (its
-    names, in order) or a known secret's value changed. Cheap enough for every trace event."""
+    names, in order) or a known secret's value changed. Cheap enough for every trace event: the names are compared
+    as one tuple (os.environ's own dict, undecoded), the values only of the names that hold secrets."""
 
     names: tuple[str, ...] = ()
-    fingerprint: tuple[Any, ...] | None = None
+    keys: tuple[Any, ...] | None = None  # the environment's names when `values` was read
+    secret_raw: tuple[Any, ...] = ()  # the secret names' values then, as os.environ holds them
     values: tuple[str, ...] = ()
 
     raw_names: tuple[Any, ...] = ()
@@ -61,17 +63,18 @@ class _Known:
     def current(cls) -> tuple[str, ...]:
         env = os.environ
         raw = getattr(env, "_data", None)  # os.environ's own dict: keys and values undecoded, cheap to compare
-        fingerprint = ((tuple(raw), *(raw.get(n) for n in cls.raw_names)) if raw is not None
-                       else (tuple(env), *(env.get(n) for n in cls.names)))
-        if fingerprint != cls.fingerprint:
-            cls.names = tuple(sorted(k for k in env if secret_name(k)))
-            cls.raw_names = tuple(env.encodekey(k) for k in cls.names) if raw is not None else ()  # type: ignore
-            plain = {env[k] for k in cls.names if len(env[k]) >= MIN_VALUE}
-            escaped = {json.dumps(v, ensure_ascii=False)[1:-1] for v in plain}  # as the value appears inside JSON
-            # a longer secret first, so a shorter one inside it can't split it
-            cls.values = tuple(sorted(plain | escaped, key=len, reverse=True))
-            cls.fingerprint = ((tuple(raw), *(raw.get(n) for n in cls.raw_names)) if raw is not None
-                               else (tuple(env), *(env.get(n) for n in cls.names)))
+        source: Any = raw if raw is not None else env
+        names = cls.raw_names if raw is not None else cls.names
+        if tuple(source) == cls.keys and (not names or tuple(map(source.get, names)) == cls.secret_raw):
+            return cls.values
+        cls.names = tuple(sorted(k for k in env if secret_name(k)))
+        cls.raw_names = tuple(env.encodekey(k) for k in cls.names) if raw is not None else ()  # type: ignore
+        plain = {env[k] for k in cls.names if len(env[k]) >= MIN_VALUE}
+        escaped = {json.dumps(v, ensure_ascii=False)[1:-1] for v in plain}  # as the value appears inside JSON
+        # a longer secret first, so a shorter one inside it can't split it
+        cls.values = tuple(sorted(plain | escaped, key=len, reverse=True))
+        names = cls.raw_names if raw is not None else cls.names
+        cls.keys, cls.secret_raw = tuple(source), tuple(map(source.get, names))
         return cls.values
 
 

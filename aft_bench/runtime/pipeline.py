@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from aft_bench.common import crashpoints
-from aft_bench.common.canonical import canonical_json
+from aft_bench.common.canonical import canonical_json, word_json
 from aft_bench.runtime.faults import Injector, PlannedFault
 from aft_bench.runtime.stages import Stage
 from aft_bench.runtime.trace import Trace
@@ -63,12 +63,21 @@ class Invocation:
     _fixed_json: str | None = field(default=None, repr=False, compare=False)
 
     def snapshot(self) -> Invocation:
-        """A copy for the durable store; fields are replaced, never mutated in place, so shallow suffices."""
+        """A copy for the durable store; fields are replaced, never mutated in place, so shallow suffices. The
+        fixed parts' JSON is made here first, so this record and every later copy share it (made on the copy,
+        each checkpoint serialized them again)."""
+        self._fixed()
         return copy.copy(self)
 
     def to_json(self) -> str:
         """Canonical JSON of the whole record; the parts fixed at admission are serialized once (durable
         checkpoints happen at every stage and work unit)."""
+        return (f'{{"commit_status":{word_json(self.commit_status)},{self._fixed()},'
+                f'"response":{canonical_json(self.response)},"status":{word_json(self.status)},'
+                f'"units_done":{int(self.units_done)}}}')
+
+    def _fixed(self) -> str:
+        """The members fixed at admission (effect id, invocation id, request, resolved operation), as JSON."""
         if self._fixed_json is None:
             r, g, p = self.request, self.request.guards, self.resolved
             request = {"op": r.op, "args": r.args, "principal": r.principal, "intent": r.intent,
@@ -80,9 +89,7 @@ class Invocation:
                 "parts": p.parts, "work_units": p.work_units}
             self._fixed_json = (f'"effect_id":{canonical_json(self.effect_id)},"inv":{canonical_json(self.inv)},'
                                 f'"request":{canonical_json(request)},"resolved":{canonical_json(resolved)}')
-        return (f'{{"commit_status":{canonical_json(self.commit_status)},{self._fixed_json},'
-                f'"response":{canonical_json(self.response)},"status":{canonical_json(self.status)},'
-                f'"units_done":{int(self.units_done)}}}')
+        return self._fixed_json
 
     @classmethod
     def from_json(cls, text: str) -> Invocation:
