@@ -13,7 +13,8 @@ call (a declared price of 0 is no cheaper: litellm then runs its zero-cost diagn
 
 The two sides share the machine with the offline model's process, so one pair of runs swings by about 0.1 in
 the CPU ratio; `--rounds N` measures N pairs, each the harness's run then litellm alone on that run's requests,
-and the medians count (each round's figures are printed too).
+and the medians count (each round's figures are printed too). Each side starts after a full collection, so neither
+pays for the other's garbage.
 
     .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price] [--loops 2]
                                                         [--rounds 5]
@@ -22,6 +23,7 @@ and the medians count (each round's figures are printed too).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -86,6 +88,7 @@ concurrency = {args.concurrency}
             for r in range(args.rounds):
                 out = Path(tmp) / f"out{r}"
                 seen = len(log.read_text().splitlines()) if log.exists() else 0
+                gc.collect()  # each side starts with no garbage of the other's to collect (timeit's hygiene)
                 t0, c0 = time.perf_counter(), time.process_time()
                 run_matrix(matrix, out, loops=args.loops)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -175,6 +178,7 @@ def litellm_alone(url: str, requests: list[dict], concurrency: int, price: bool)
 
     async def run() -> tuple[float, float]:
         await caller(requests[:1])
+        gc.collect()
         t, c = time.perf_counter(), time.process_time()
         await asyncio.gather(*(caller(requests[i::concurrency]) for i in range(concurrency)))
         return time.perf_counter() - t, time.process_time() - c

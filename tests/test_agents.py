@@ -94,3 +94,18 @@ def test_list_agents_shows_each_kind_with_its_parameters(capsys) -> None:
     det = next(a for a in data if a["name"] == "deterministic")
     assert det["params"] == [{"name": "max_attempts", "type": "int", "default": 3,
                               "description": "sends of one step before it ends 'unknown'"}]
+
+
+def test_usages_add_field_by_field_and_an_unknown_cost_stays_unknown_on_either_side() -> None:
+    from dataclasses import fields
+
+    from aft_bench.agents.protocol import Usage
+
+    a = Usage(*range(1, 10))
+    b = Usage(*range(10, 100, 10))
+    assert a + b == Usage(*(x + y for x, y in zip(range(1, 10), range(10, 100, 10))))
+    assert [f.name for f in fields(Usage)][3] == "cost_usd"
+    for left, right in ((Usage(cost_usd=None), Usage(cost_usd=0.5)), (Usage(cost_usd=0.5), Usage(cost_usd=None))):
+        total = left + right + Usage(model_calls=2)
+        assert total.cost_usd is None and total.model_calls == 2  # never a guess, and nothing else lost
+    assert (Usage(cost_usd=0.25) + Usage(cost_usd=0.5)).cost_usd == 0.75

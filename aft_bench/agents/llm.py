@@ -220,6 +220,10 @@ def routed_base(api_base: str | None) -> str | None:
     return api_base
 
 
+# json.dumps(value, sort_keys=True) with its encoder built once (json.dumps builds one per call with any option)
+_SORTED = json.JSONEncoder(sort_keys=True)
+
+
 def _field(obj: Any, name: str) -> Any:
     """`obj.name`, or None where a response, message or error leaves it out (one place for litellm's optional
     attributes: a reply without usage, an exception without a status)."""
@@ -254,7 +258,7 @@ def api_key(params: Params) -> str | None:
 
 def observation_text(obs: Observation) -> str:
     c = obs.content
-    return c if isinstance(c, str) else json.dumps(c, sort_keys=True)
+    return c if isinstance(c, str) else _SORTED.encode(c)
 
 
 def _not_json(name: str) -> Any:
@@ -345,7 +349,7 @@ class LLMAgent:
     def _reset(self, surface: Sequence[ToolSpec], restarted: bool) -> None:
         assert self._brief is not None
         self._tools = {t.name: t.schema() for t in surface}
-        user = f"Task: {self._brief.spec}\nInputs: {json.dumps(dict(self._brief.inputs), sort_keys=True)}"
+        user = f"Task: {self._brief.spec}\nInputs: {_SORTED.encode(dict(self._brief.inputs))}"
         if restarted:
             user += f"\n{RESTARTED}"
         self._messages = [{"role": "system", "content": SYSTEM.format(task_id=self._brief.task_id)},
@@ -394,10 +398,10 @@ class LLMAgent:
     def _tool_list(self) -> tuple[list[dict[str, Any]], str]:
         """The tools the model is shown and their JSON text: rebuilt only when the surface changes (a describe, a
         restart), not on every call."""
-        key = tuple((n, id(s)) for n, s in self._tools.items())  # a schema replaced under its name counts too
+        key = (*self._tools, *map(id, self._tools.values()))  # a schema replaced under its name counts too
         if self._tool_cache is None or self._tool_cache[0] != key:
             tools = [{"type": "function", "function": s} for s in (*self._tools.values(), REPORT)]
-            self._tool_cache = (key, tools, json.dumps(tools, sort_keys=True))
+            self._tool_cache = (key, tools, _SORTED.encode(tools))
         return self._tool_cache[1], self._tool_cache[2]
 
     def _request_text(self, request: dict[str, Any], tools_text: str) -> bytes:
@@ -410,8 +414,8 @@ class LLMAgent:
             elif key == "messages" and request[key] is self._messages:
                 text = f"[{', '.join(self._message_json())}]"
             else:
-                text = json.dumps(request[key], sort_keys=True)
-            members.append(f"{json.dumps(key)}: {text}")
+                text = _SORTED.encode(request[key])
+            members.append(f"{_SORTED.encode(key)}: {text}")
         return f"{{{', '.join(members)}}}".encode()
 
     def _message_json(self) -> list[str]:
@@ -420,7 +424,7 @@ class LLMAgent:
         if held is not self._messages or len(texts) > len(held):  # a new conversation (a reset, a restart)
             held, texts = self._messages, []
             self._message_texts = (held, texts)
-        texts.extend(json.dumps(m, sort_keys=True) for m in held[len(texts):])
+        texts.extend(map(_SORTED.encode, held[len(texts):]))
         return texts
 
     async def _complete(self) -> dict[str, Any]:

@@ -57,10 +57,11 @@ class Usage:
     retry_wait_s: float = 0.0  # seconds waited before retries (what the provider asked, else backoff)
 
     def __add__(self, other: Usage) -> Usage:
-        def add(a: Any, b: Any) -> Any:
-            return None if a is None or b is None else a + b
+        mine, theirs = self.__dict__, other.__dict__  # field by field, in declaration order (one per model call)
+        return Usage(*[None if (a := mine[n]) is None or (b := theirs[n]) is None else a + b for n in _USAGE_FIELDS])
 
-        return Usage(*(add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
+
+_USAGE_FIELDS = tuple(f.name for f in fields(Usage))
 
 
 class Agent(Protocol):
