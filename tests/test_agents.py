@@ -109,3 +109,19 @@ def test_usages_add_field_by_field_and_an_unknown_cost_stays_unknown_on_either_s
         total = left + right + Usage(model_calls=2)
         assert total.cost_usd is None and total.model_calls == 2  # never a guess, and nothing else lost
     assert (Usage(cost_usd=0.25) + Usage(cost_usd=0.5)).cost_usd == 0.75
+
+
+def test_the_controller_s_state_replace_is_dataclasses_replace_and_refuses_unknown_fields() -> None:
+    import dataclasses
+
+    from aft_bench.agents.deterministic import State, replace
+
+    s = State("t", (), {"a": {}}, frozenset({"a"}), versions={"x": 1})
+    for changes in ({}, {"step": 3}, {"phase": "sent", "attempt": 2, "baseline": False}, {"versions": {"y": 2}}):
+        new = replace(s, **changes)
+        assert new == dataclasses.replace(s, **changes) and type(new) is State and new is not s
+    assert s.step == 0 and s.phase == "begin"  # the original is untouched
+    with pytest.raises(TypeError, match="nope"):
+        replace(s, nope=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        replace(s, step=1).step = 2  # still frozen
