@@ -48,7 +48,7 @@ def test_the_wait_a_provider_asks_for(headers: dict[str, str] | None, expected: 
 
 def test_aimd_halves_once_per_congestion_event_and_climbs_back_by_one() -> None:
     async def play() -> Aimd:
-        gate = Aimd(8)
+        gate = Aimd(8, slow_start=False)
         epochs = [await gate.acquire() for _ in range(8)]
         for e in epochs[:5]:  # a burst of 429s answered together: one halving, not five
             gate.release(e, rate_limited=True)
@@ -58,7 +58,7 @@ def test_aimd_halves_once_per_congestion_event_and_climbs_back_by_one() -> None:
         for _ in range(4):  # a window of successes at limit 4 adds one
             gate.release(await gate.acquire(), rate_limited=False)
         assert gate.limit == 5
-        one = Aimd(1)
+        one = Aimd(1, slow_start=False)
         one.release(await one.acquire(), rate_limited=True)
         assert one.limit == 1  # never below one
         return gate
@@ -120,7 +120,7 @@ def test_adaptive_concurrency_meets_the_provider_s_limit(tmp_path: Path, capsys)
         assert len(limits) == int(adaptive)  # only an adaptive run has a limiter to record
         if adaptive:
             history = next(iter(limits[0].values()))
-            assert history[0][1] == 16 and min(h[1] for h in history) <= 4  # it came down to the provider's limit
+            assert _slow_start_then_down(history)
             assert main(["summarize", str(out)]) == 0
             assert main(["run", str(cfg), "--out", str(out)]) == 0  # a resume with nothing left to do
             assert [r["session"] for r in map(json.loads, (out / "sessions.jsonl").read_text().splitlines())
@@ -170,8 +170,38 @@ def test_the_request_text_built_from_cached_messages_equals_the_sorted_json_thro
     assert restarted  # a conversation started over (a new message list) after state loss was among them
 
 
+def test_the_slow_start_doubles_from_one_call_until_the_first_rate_limit_then_adds_one() -> None:
+    async def play() -> Aimd:
+        gate = Aimd(8)
+        assert gate.limit == 1
+        for expected in (2, 4, 8, 8):  # a window of `limit` successes doubles it, up to the ceiling
+            for _ in range(gate.limit):
+                gate.release(await gate.acquire(), rate_limited=False)
+            assert gate.limit == expected
+        gate.release(await gate.acquire(), rate_limited=True)
+        assert gate.limit == 4
+        for _ in range(4):  # the slow start is over: a window now adds one
+            gate.release(await gate.acquire(), rate_limited=False)
+        assert gate.limit == 5
+        early = Aimd(16)
+        for _ in range(2):  # 1 -> 2 -> 4
+            for _ in range(early.limit):
+                early.release(await early.acquire(), rate_limited=False)
+        stale = await early.acquire()
+        early.release(await early.acquire(), rate_limited=True)  # 4 -> 2, and no more doubling
+        early.release(stale, rate_limited=True)  # a second 429 of that epoch does not halve again
+        for _ in range(2):
+            early.release(await early.acquire(), rate_limited=False)
+        assert early.limit == 3
+        return gate
+
+    gate = asyncio.run(play())
+    assert [h[1] for h in gate.history] == [1, 2, 4, 8, 4, 5]
+
+
 def _hold_five_and_halve(gates: dict) -> None:
-    """In another process: take five slots of the shared endpoint limit and answer one with a rate limit."""
+    """In another process: grow the shared endpoint limit through its slow start to 8 (seven successes), take five
+    slots and answer one with a rate limit."""
     from aft_bench.agents import endpoints
 
     if gates:
@@ -179,6 +209,8 @@ def _hold_five_and_halve(gates: dict) -> None:
     gate = endpoints.limiter("openai", "http://h/v1", 8)
 
     async def take() -> list[int]:
+        for _ in range(7):
+            gate.release(await gate.acquire(), rate_limited=False)
         return [await gate.acquire() for _ in range(5)]
 
     epochs = asyncio.run(take())
@@ -203,10 +235,10 @@ def test_loop_processes_share_one_limit_per_endpoint(shared: bool) -> None:
         assert proc.exitcode == 0
         gate = endpoints.limiter("openai", "http://h/v1", 8)
         if shared:
-            assert (gate.inflight, gate.limit) == (4, 4) and [h[1] for h in gate.history] == [8, 4]
-            assert endpoints.snapshot() == {"openai http://h/v1": [[0.0, 8], [gate.history[1][0], 4]]}
+            assert (gate.inflight, gate.limit) == (4, 4) and [h[1] for h in gate.history] == [1, 2, 4, 8, 4]
+            assert endpoints.snapshot() == {"openai http://h/v1": [[0.0, 1], *[list(h) for h in gate.history[1:]]]}
         else:
-            assert (gate.inflight, gate.limit) == (0, 8) and [h[1] for h in gate.history] == [8]
+            assert (gate.inflight, gate.limit) == (0, 1) and [h[1] for h in gate.history] == [1]
     finally:
         endpoints.forget()
 
@@ -227,4 +259,12 @@ def test_adaptive_concurrency_over_two_loop_processes_is_one_limit(tmp_path: Pat
               if "endpoint_limits" in r]
     assert len(limits) == 1 and len(limits[0]) == 1
     history = next(iter(limits[0].values()))
-    assert history[0][1] == 16 and min(h[1] for h in history) <= 4
+    assert _slow_start_then_down(history)
+
+
+def _slow_start_then_down(history: list) -> bool:
+    """A limit's record against a provider taking 3 calls: from one call, doubled past the provider's 3, then
+    halved by a rate limit (the first decrease follows the first increases)."""
+    limits = [h[1] for h in history]
+    first_down = next(i for i in range(1, len(limits)) if limits[i] < limits[i - 1])
+    return limits[:3] == [1, 2, 4] and first_down >= 3 and limits[first_down] <= 2 * 3

@@ -81,9 +81,10 @@ class Driver:
         self.running_endpoint: Counter[Any] = Counter()
         # an endpoint of adaptive agents: its cap is an AIMD limit on episodes in flight across the cluster,
         # halved when an episode needed provider retries (a rate limit, timeout or server error), +1 after a window
-        # of episodes that needed none (per call, each worker process's agents also limit themselves)
+        # of episodes that needed none (per call, each worker process's agents also limit themselves); it starts at
+        # the cap, without the per-call limits' slow start (a window of whole episodes is far too slow a signal)
         self.adaptive: dict[tuple[str, str], endpoints.Aimd] = {
-            ep: endpoints.limiter(*ep, self.endpoint_cap[ep]) for ep in adaptive_endpoints(limits)}
+            ep: endpoints.limiter(*ep, self.endpoint_cap[ep], slow_start=False) for ep in adaptive_endpoints(limits)}
         self.epoch_of: dict[Any, int] = {}  # future -> the limit's epoch when it was submitted
         self.done: set[str] = set()
         self.duplicates = 0
