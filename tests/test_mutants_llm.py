@@ -493,6 +493,7 @@ def test_the_key_and_key_shaped_text_from_the_provider_are_redacted(provider, mo
 def test_the_adaptive_limiter_halves_on_a_rate_limit_only(provider) -> None:
     endpoints.forget()
     try:
+        endpoints.limiter("openai", provider.base, 8, slow_start=False)  # past its slow start: at the ceiling
         provider.replies = [error(500), Reply(body=FINISH)]
         a = agent_for(provider, adaptive=True, concurrency=8, backoff_s=0.0, model="openai/org/m")
         act(a)

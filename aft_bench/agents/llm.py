@@ -287,6 +287,7 @@ class LLMAgent:
         # each message's sorted JSON, encoded once: a conversation only grows (a restart starts a new list), so a
         # call encodes its new messages, not the whole conversation again
         self._message_texts: tuple[list[dict[str, Any]], list[str]] = ([], [])
+        self._member_json: dict[str, tuple[Any, str]] = {}  # a request member's value (by identity) and its JSON
         self._pending: str | None = None  # the tool_call id awaiting its result
         self._turns = 0
         self._brief: Brief | None = None
@@ -408,13 +409,18 @@ class LLMAgent:
         """`json.dumps(request, sort_keys=True)`, member by member in sorted order, with the tools' cached text and
         the messages' texts encoded once each (the same bytes: the encoder joins members with ", " and ": ")."""
         members = []
+        known = self._member_json  # the members that are the same object call after call (model, temperature, ...)
         for key in sorted(request):
-            if key == "tools" and self._tool_cache is not None and request[key] is self._tool_cache[1]:
+            value = request[key]
+            if key == "tools" and self._tool_cache is not None and value is self._tool_cache[1]:
                 text = tools_text
-            elif key == "messages" and request[key] is self._messages:
+            elif key == "messages" and value is self._messages:
                 text = f"[{', '.join(self._message_json())}]"
+            elif (held := known.get(key)) is not None and held[0] is value:
+                text = held[1]
             else:
-                text = _SORTED.encode(request[key])
+                text = _SORTED.encode(value)
+                known[key] = (value, text)
             members.append(f"{_SORTED.encode(key)}: {text}")
         return f"{{{', '.join(members)}}}".encode()
 
