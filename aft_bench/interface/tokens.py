@@ -74,9 +74,15 @@ def count_tokens(text: str, model: str = TOKENIZER_MODEL) -> int:
     if not text:
         return 0
     if model == TOKENIZER_MODEL and len(text) <= EXACT_MAX_CHARS and not any(map(os.environ.get, LITELLM_SETTINGS)):
-        encode = _encoding().encode
-        return sum(len(encode(text[i:i + CHUNK_CHARS], disallowed_special=())) for i in range(0, len(text), CHUNK_CHARS))
+        return sum(map(_chunk_tokens, (text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS))))
     return int(_counter()(model=model, text=text))
+
+
+@lru_cache(maxsize=16384)
+def _chunk_tokens(chunk: str) -> int:
+    """Tokens of one CHUNK_CHARS piece (a count is the sum of its pieces'): the surfaces of a matrix share most of
+    their pieces (one pass over the paper's cells encodes 17,044 pieces, 6,200 of them distinct)."""
+    return len(_encoding().encode(chunk, disallowed_special=()))
 
 
 def warm() -> None:
