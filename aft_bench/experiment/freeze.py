@@ -51,8 +51,15 @@ def frozen_code(roots: tuple[str, ...] = ROOTS) -> list[Path]:
     """Every module reachable from `roots` through aft_bench imports; a root that is missing is an error."""
     seen: set[Path] = set()
     todo = []
+    paths: dict[str, Path | None] = {}  # a module's file, looked up once per call (imports name each many times)
+
+    def module_path(name: str) -> Path | None:
+        if name not in paths:
+            paths[name] = _module_path(name)
+        return paths[name]
+
     for root in roots:
-        path = _module_path(root)
+        path = module_path(root)
         if path is None:
             raise HarnessError(f"frozen root module {root} is missing; update experiment/freeze.py ROOTS")
         todo.append(path)
@@ -62,7 +69,7 @@ def frozen_code(roots: tuple[str, ...] = ROOTS) -> list[Path]:
             continue
         seen.add(path)
         for name in _imported(path):
-            dep = _module_path(name)
+            dep = module_path(name)
             if dep is not None and dep not in seen:
                 todo.append(dep)
     return sorted(seen)
