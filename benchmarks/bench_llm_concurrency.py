@@ -17,7 +17,11 @@ and the medians count (each round's figures are printed too). Each side starts a
 pays for the other's garbage.
 
     .venv/bin/python benchmarks/bench_llm_concurrency.py [--latency 0.2] [--concurrency 32] [--price] [--loops 2]
-                                                        [--rounds 5]
+                                                        [--rounds 5] [--abba]
+
+With `--abba` a round is the harness, litellm alone, litellm alone again and the harness again, and its ratios are
+of the two sides' sums: this machine's speed drifts by tens of per cent within a minute, and with one run a side
+that drift fell on whichever side ran second (single rounds from 0.97 to 1.55 in one 9-round run).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ def main() -> None:
     ap.add_argument("--price", action="store_true", help="declare a price for the offline model (0.15/0.60 USD per Mtok)")
     ap.add_argument("--loops", type=int, default=1, help="event loops (processes) sharing the concurrency")
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs (harness, then litellm alone); medians count")
+    ap.add_argument("--abba", action="store_true", help="each round harness, litellm alone, litellm alone, harness "
+                    "(the pairs' sums): a drift of the machine's speed within a round cancels")
     args = ap.parse_args()
     log = Path(tempfile.mkdtemp()) / "requests.jsonl"  # the server logs every request: litellm alone replays them
     server = subprocess.Popen([str(EXE), "fake-llm", "--latency", str(args.latency)], stdout=subprocess.PIPE,
@@ -85,27 +91,38 @@ concurrency = {args.concurrency}
                 warm.join()
             matrix = load_matrix(cfg, ROOT / "worlds")
             rounds = []
-            for r in range(args.rounds):
-                out = Path(tmp) / f"out{r}"
+
+            def harness(out: Path) -> tuple[float, float, pd.DataFrame, list[dict]]:
                 seen = len(log.read_text().splitlines()) if log.exists() else 0
                 gc.collect()  # each side starts with no garbage of the other's to collect (timeit's hygiene)
                 t0, c0 = time.perf_counter(), time.process_time()
                 run_matrix(matrix, out, loops=args.loops)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                df = pd.read_parquet(out / "results.parquet")
                 requests = [json.loads(ln)["request"] for ln in log.read_text().splitlines()[seen:]]
+                return wall, cpu, pd.read_parquet(out / "results.parquet"), requests
+
+            for r in range(args.rounds):
+                wall, cpu, df, requests = harness(Path(tmp) / f"out{r}")
                 alone_wall, alone_cpu = litellm_alone(url, requests, args.concurrency, args.price)
-                rounds.append(Round(wall, cpu, int(df["model_calls"].sum()), int(df["retries"].sum()), len(df),
-                                    alone_wall, alone_cpu, len(requests)))
+                calls, alone_calls = int(df["model_calls"].sum()), len(requests)
+                if args.abba:  # then litellm alone again and the harness again: a drift in the machine's speed
+                    #            over the round weighs on both sides alike
+                    wall2, cpu2 = litellm_alone(url, requests, args.concurrency, args.price)
+                    alone_wall, alone_cpu, alone_calls = (alone_wall + wall2) / 2, alone_cpu + cpu2, 2 * alone_calls
+                    wall2, cpu2, df2, _ = harness(Path(tmp) / f"out{r}b")
+                    wall, cpu, calls = (wall + wall2) / 2, cpu + cpu2, calls + int(df2["model_calls"].sum())
+                rounds.append(Round(wall, cpu, calls, int(df["retries"].sum()), len(df), alone_wall, alone_cpu,
+                                    alone_calls))
         served_cpu = _cpu_s(server.pid)
     finally:
         server.terminate()
     first = rounds[0]
-    ideal = first.calls * args.latency / args.concurrency
-    print(f"{first.episodes} episodes{' (declared price 0.15/0.60 USD per Mtok)' if args.price else ''}, {first.calls} model "
-          f"calls ({first.calls / first.episodes:.2f} per episode), latency {args.latency} s, concurrency "
+    per_run = first.calls // (2 if args.abba else 1)  # one run of the harness (an ABBA round holds two)
+    ideal = per_run * args.latency / args.concurrency
+    print(f"{first.episodes} episodes{' (declared price 0.15/0.60 USD per Mtok)' if args.price else ''}, {per_run} model "
+          f"calls ({per_run / first.episodes:.2f} per episode), latency {args.latency} s, concurrency "
           f"{args.concurrency} on {args.loops} loop(s), provider retries {sum(r.retries for r in rounds)}; "
-          f"{len(rounds)} round(s), each the harness then litellm alone on the same requests (as the harness sent "
+          f"{len(rounds)} round(s), each the harness then litellm alone{' (twice, then the harness again)' if args.abba else ''} on the same requests (as the harness sent "
           f"them) from {args.concurrency} callers on one loop")
     for i, r in enumerate(rounds, start=1):
         print(f"  round {i}: harness wall {r.wall:.2f} s, CPU {r.cpu_per_call * 1000:.2f} ms/call; litellm alone wall "
