@@ -26,14 +26,10 @@ EXACT_MAX_CHARS = 4_000_000
 LITELLM_SETTINGS = ("TIKTOKEN_ENCODE_CHUNK_SIZE_CHARS", "TOKEN_COUNTER_MAX_EXACT_CHARS")
 
 
-_LITELLM: list[Any] = []  # the module once imported and set up (an agent asks for it on every model call)
-
-
+@lru_cache(maxsize=1)  # set up once: an agent asks for it on every model call
 def litellm_module() -> Any:
     """litellm, imported lazily and only after its offline switches are set (no price map or anything else is
     fetched): the one place the harness imports it, for the tokenizer and for the `llm` agent."""
-    if _LITELLM:
-        return _LITELLM[0]
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
@@ -41,7 +37,6 @@ def litellm_module() -> Any:
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
-    _LITELLM.append(litellm)
     return litellm
 
 
