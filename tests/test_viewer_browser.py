@@ -212,3 +212,136 @@ def test_the_report_links_each_comparison_to_its_pairs_in_the_bundle(page, smoke
     assert page.url.endswith(f"#/pairs?comparison={comparisons[0]}")
     pairs = pd.read_parquet(d / "analysis" / "pairs.parquet")
     assert page.inner_text("[data-testid=pair-count]") == str(int((pairs["comparison"] == comparisons[0]).sum()))
+
+
+# --- the Experiment page: the answer first, and nothing drawn over anything else --------------------------------
+# Every text run inside the app (clipped to the scroll boxes it sits in) against every other text run, and against
+# every block's box (table, image, figure, preformatted JSON, heading, paragraph, note) that does not contain it.
+OVERLAPS_JS = """() => {
+  const clipOf = (el) => {
+    let c = {l: -1e9, t: -1e9, r: 1e9, b: 1e9};
+    for (let a = el; a && a !== document.body; a = a.parentElement) {
+      const cs = getComputedStyle(a);
+      if (cs.overflowX !== 'visible' || cs.overflowY !== 'visible') {
+        const q = a.getBoundingClientRect();
+        c = {l: Math.max(c.l, q.left), t: Math.max(c.t, q.top), r: Math.min(c.r, q.right), b: Math.min(c.b, q.bottom)};
+      }
+    }
+    return c;
+  };
+  const cut = (q, c) => ({l: Math.max(q.left ?? q.l, c.l), t: Math.max(q.top ?? q.t, c.t),
+                          r: Math.min(q.right ?? q.r, c.r), b: Math.min(q.bottom ?? q.b, c.b)});
+  const meets = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > 2 && Math.min(a.b, b.b) - Math.max(a.t, b.t) > 2;
+  const app = document.getElementById('app');
+  const texts = [];
+  const walk = document.createTreeWalker(app, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const n = walk.currentNode;
+    if (!n.textContent.trim()) continue;
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    const clip = clipOf(n.parentElement);
+    for (const q of range.getClientRects()) {
+      const box = cut(q, clip);
+      if (box.r - box.l > 1 && box.b - box.t > 1) texts.push({box, node: n, text: n.textContent.trim().slice(0, 40)});
+    }
+  }
+  const found = [];
+  for (let i = 0; i < texts.length && found.length < 10; i++)
+    for (let j = i + 1; j < texts.length; j++)
+      if (texts[i].node !== texts[j].node && meets(texts[i].box, texts[j].box)) {
+        found.push(`text "${texts[i].text}" over text "${texts[j].text}"`); break;
+      }
+  const blocks = app.querySelectorAll('table, img, figure, pre, h1, h2, h3, p, .note');
+  for (const el of blocks) {
+    if (found.length >= 10) break;
+    const box = cut(el.getBoundingClientRect(), clipOf(el.parentElement));
+    if (box.r - box.l <= 1 || box.b - box.t <= 1) continue;
+    const hit = texts.find((t) => !el.contains(t.node) && meets(box, t.box));
+    if (hit) found.push(`<${el.tagName.toLowerCase()} ${el.dataset.testid || el.className || ''}> over text "${hit.text}"`);
+  }
+  return found;
+}"""
+
+# the layout this page had until issue 37: manifest and counts side by side in fixed-minimum grid columns, the
+# manifest's JSON unwrapped, so a long value ran under the counts
+OLD_LAYOUT = (".meta { grid-template-columns: repeat(auto-fit, minmax(360px, 1fr)) !important; }"
+              ".meta > * { min-width: auto !important; }"
+              "table.kv { table-layout: auto !important; width: auto !important; }"
+              "table.kv th { width: auto !important; white-space: nowrap !important; }"
+              "table.kv td { overflow-wrap: normal !important; }"
+              "table.kv pre { white-space: pre !important; overflow-wrap: normal !important; }")
+
+
+@pytest.fixture(scope="module")
+def long_manifest_bundle(smoke_results: Path, tmp_path_factory) -> str:
+    """The smoke results with a manifest value as long as the paper matrix's (its list of comparisons)."""
+    d = tmp_path_factory.mktemp("long") / "r"
+    shutil.copytree(smoke_results, d, ignore=shutil.ignore_patterns(".runner.lock"))
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["experiment"]["comparisons"] = [f"a_rather_long_comparison_name_number_{i}_" + "x" * 60 for i in range(4)]
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    from aft_bench.analysis.report import render
+
+    render(d)
+    write_bundle(Viewer(d), d.parent / "site")
+    return (d.parent / "site" / "index.html").as_uri()
+
+
+def _as_shown(v: object) -> str:
+    """A number as the Experiment page's comparison tables print it (the report's format)."""
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.4f}"
+    return str(int(v)) if isinstance(v, float) else str(v)
+
+
+@pytest.mark.parametrize("width", [1280, 1440, 1920, 420])
+def test_the_experiment_page_opens_on_the_comparisons_and_nothing_overlaps(browser, long_manifest_bundle: str,
+                                                                           smoke_results: Path, artifacts: Path,
+                                                                           width: int) -> None:
+    pg = browser.new_page(viewport={"width": width, "height": 900})
+    pg.errors = []  # type: ignore[attr-defined]
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    try:
+        open_page(pg, f"{long_manifest_bundle}#/experiment", artifacts / f"experiment-{width}.png")
+        assert pg.evaluate(OVERLAPS_JS) == []
+        # the answer comes first: the primary table and its figure above the pending tuples and the manifest
+        tops = {name: pg.locator(sel).first.bounding_box()["y"] for name, sel in (
+            ("primary", "[data-testid=table-primary]"), ("figure", "figure img"), ("pending", "#pending"),
+            ("manifest", "[data-testid=manifest]"))}
+        assert tops["primary"] < tops["figure"] < tops["pending"] < tops["manifest"], tops
+        if width >= 1280:  # a researcher at a desktop width sees the primary table without scrolling
+            assert tops["primary"] < 900
+        # the numbers are analysis/'s, row by row
+        for family, pcol in (("primary", "p_adjusted"), ("secondary", "p_raw")):
+            rows = [r for r in json.loads((smoke_results / "analysis" / f"{family}.json").read_text())
+                    if family == "primary" or r["pairs"]]
+            shown = pg.locator(f"[data-testid=table-{family}] tr[data-row]")
+            assert shown.count() == len(rows)
+            for r in rows:
+                tr = pg.locator(f"[data-testid=table-{family}] tr[data-row='{r['comparison']}']")
+                for col in dict.fromkeys(("pairs", "clusters", "utility_diff", "p_raw", pcol)):
+                    td = tr.locator(f"td[data-col={col}]")
+                    assert json.loads(td.get_attribute("data-value")) == r[col], (family, r["comparison"], col)
+                    assert td.inner_text() == _as_shown(r[col]), (family, r["comparison"], col)
+                assert json.loads(tr.locator("td[data-col=ci]").get_attribute("data-value")) == [r["ci_low"], r["ci_high"]]
+                assert tr.locator("td[data-col=criterion_met] b").inner_text() == _as_shown(r["criterion_met"])
+                fired = json.loads(tr.locator("td[data-col=faults_fired]").get_attribute("data-value"))
+                assert fired == [r["treatment_fault_fired_share"], r["control_fault_fired_share"]]
+                link = tr.locator("td[data-col=comparison] a").get_attribute("href")
+                assert link == f"#/pairs?comparison={r['comparison']}"
+    finally:
+        pg.close()
+
+
+def test_known_negative_the_old_side_by_side_layout_fails_the_overlap_check(page, long_manifest_bundle: str,
+                                                                            artifacts: Path) -> None:
+    open_page(page, f"{long_manifest_bundle}#/experiment")
+    page.add_style_tag(content=OLD_LAYOUT)
+    page.screenshot(path=str(artifacts / "experiment-old-layout.png"), full_page=True)
+    found = page.evaluate(OVERLAPS_JS)
+    assert any("counts" in f or "manifest" in f for f in found), found

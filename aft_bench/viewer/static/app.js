@@ -95,7 +95,7 @@ function show(v) {
 }
 function cell(v, attrs = {}) { return h("td", { class: typeof v === "number" ? "num" : null, ...attrs }, show(v)); }
 function kvTable(obj, testid) {
-  return h("table", { "data-testid": testid }, Object.entries(obj).map(([k, v]) =>
+  return h("table", { "data-testid": testid, class: "kv" }, Object.entries(obj).map(([k, v]) =>
     h("tr", { "data-key": k }, h("th", {}, k), h("td", { "data-value": show(v) }, typeof v === "object" && v !== null ? h("pre", {}, JSON.stringify(v, null, 2)) : show(v)))));
 }
 function table(rows, columns, testid, link) {
@@ -115,39 +115,88 @@ function routeOf() {
 function go(path, params) { const qs = params && params.toString(); location.hash = `#/${path}${qs ? "?" + qs : ""}`; }
 
 // ---------- pages --------------------------------------------------------------------------------------------
+// The comparison tables as the report has them (analysis/report.py, _table3): effect, interval, p, criterion, faults.
+function fmt(v, digits = 4) {
+  if (v === null || v === undefined || (typeof v === "number" && Number.isNaN(v))) return "–";
+  if (typeof v === "boolean") return v ? "yes" : "no";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(digits);
+  return String(v);
+}
+function share(v) { return v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`; }
+function numCell(v, col) { return h("td", { class: "num", "data-col": col, "data-value": JSON.stringify(v ?? null) }, fmt(v)); }
+function scroll(el) { return h("div", { class: "scroll" }, el); }
+function comparisonTable(rows, family) {
+  const primary = family === "primary";  // a secondary comparison's p is its raw p (outside the Holm family)
+  const heads = ["comparison", "pairs", "clusters", "effect", "95% CI", ...(primary ? ["p raw", "p (Holm)"] : ["p (unadjusted)"]),
+    "criterion met", "faults fired (T / C)", "caveat"];
+  return scroll(h("table", { "data-testid": `table-${family}`, class: "comparisons" },
+    h("tr", {}, heads.map((c) => h("th", {}, c))),
+    rows.map((r) => h("tr", { "data-row": r.comparison, class: r.criterion_met ? "met" : null },
+      h("td", { "data-col": "comparison" }, h("a", { href: `#/pairs?comparison=${encodeURIComponent(r.comparison)}`, title: "its matched pairs" }, r.comparison)),
+      numCell(r.pairs, "pairs"), numCell(r.clusters, "clusters"), numCell(r.utility_diff, "utility_diff"),
+      h("td", { class: "num", "data-col": "ci", "data-value": JSON.stringify([r.ci_low ?? null, r.ci_high ?? null]) },
+        r.ci_low === null || r.ci_low === undefined ? "–" : `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]`),
+      numCell(r.p_raw, "p_raw"), primary ? numCell(r.p_adjusted, "p_adjusted") : null,
+      h("td", { "data-col": "criterion_met", "data-value": JSON.stringify(r.criterion_met ?? null) },
+        h("b", {}, fmt(r.criterion_met)), r.joint_note ? ` (${r.joint_note})` : ""),
+      h("td", { class: "num", "data-col": "faults_fired", "data-value": JSON.stringify([r.treatment_fault_fired_share ?? null, r.control_fault_fired_share ?? null]) },
+        `${share(r.treatment_fault_fired_share)} / ${share(r.control_fault_fired_share)}`),
+      h("td", { class: "caveat", "data-col": "caveat" }, r.caveat || "")))));
+}
+function figure(d, f) {
+  return h("figure", {}, h("img", { class: "fig", alt: f, src: BUNDLE ? `data/figures/${f}` : `api/figure/${f}` }));
+}
+const PENDING_SHOWN = 200;
+
 async function experimentPage() {
   const d = await get("experiment");
-  const out = [h("h1", {}, "Experiment")];
-  for (const n of d.status.notes) out.push(h("div", { class: "note", "data-testid": "note" }, n));
-  out.push(h("p", {}, h("b", {}, "Runs recorded: "), h("span", { "data-testid": "runs-count" }, d.runs),
+  const m = d.manifest || {};
+  const a = d.analysis || {};
+  const out = [h("h1", {}, "Experiment", m.config_path ? h("span", { class: "sub" }, ` ${m.config_path}`) : null)];
+  out.push(h("p", { class: "summary" }, h("b", {}, "Runs recorded: "), h("span", { "data-testid": "runs-count" }, d.runs),
     d.planned !== null ? [" of ", h("span", { "data-testid": "planned-count" }, d.planned), " planned; "] : "; ",
-    h("b", {}, "pending: "), h("span", { "data-testid": "pending-count" }, d.pending_count)));
-  out.push(h("div", { class: "cols2" },
-    h("div", {}, h("h2", {}, "Manifest"), kvTable(d.manifest, "manifest")),
-    h("div", {}, h("h2", {}, "Counts"), Object.entries(d.counts).map(([col, vals]) => [h("h3", {}, col),
+    h("b", {}, "pending: "), h("a", { href: "#/experiment", title: "the pending tuples and their reasons", onclick: (e) => {
+      e.preventDefault(); document.getElementById("pending").scrollIntoView(); } }, h("span", { "data-testid": "pending-count" }, d.pending_count)),
+    a.meta ? ` · analysis: ${a.meta.resamples} resamples, ${a.meta.permutations} flips of ${a.meta.flip_unit}s, seed ${a.meta.seed}` : ""));
+  for (const n of d.status.notes) out.push(h("div", { class: "note", "data-testid": "note" }, n));
+  if (!a.meta) out.push(h("div", { class: "note", "data-testid": "no-analysis" }, "no analysis here: run aft-bench analyze DIR to see the comparisons"));
+  if (d.analysis_stale) out.push(h("div", { class: "note", "data-testid": "stale" }, "the analysis was made from other results than results.parquet holds now: run aft-bench analyze DIR again"));
+  const main = d.figures.filter((f) => f.startsWith("fig2"));
+  if (a.primary) {
+    out.push(h("h2", { id: "primary" }, "Primary comparisons"),
+      h("p", { class: "muted" }, "Paired utility difference (positive favours the treatment), 95 % task-clustered interval, " +
+        "sign-flip permutation p, Holm across the primary family. Each comparison opens its matched pairs."),
+      comparisonTable(a.primary, "primary"));
+  }
+  if (main.length) out.push(main.map((f) => figure(d, f)));
+  if (a.secondary) {
+    const run = a.secondary.filter((r) => r.pairs > 0), idle = a.secondary.filter((r) => !(r.pairs > 0));
+    out.push(h("h2", { id: "secondary" }, "Secondary comparisons"), h("p", { class: "muted" }, "Outside the Holm family; unadjusted p."));
+    if (run.length) out.push(comparisonTable(run, "secondary"));
+    if (idle.length) out.push(h("p", { class: "muted", "data-testid": "secondary-not-run" }, `No pairs in these results: ${idle.map((r) => r.comparison).join(", ")}.`));
+  }
+  out.push(h("h2", { id: "pending" }, `Pending tuples (${d.pending_count})`));
+  if (!d.pending.length && !d.failures.length) out.push(h("p", {}, "none: every planned tuple has a recorded run"));
+  if (d.pending.length) {
+    out.push(scroll(table(d.pending.slice(0, PENDING_SHOWN).map((p) => ({ run_id: p.run_id, error: p.error, message: p.message })),
+      ["run_id", "error", "message"], "pending")));
+    if (d.pending.length > PENDING_SHOWN) out.push(h("p", { class: "muted" }, `and ${d.pending.length - PENDING_SHOWN} more (failures.jsonl holds every reason)`));
+  }
+  if (d.failures.length) out.push(h("h3", {}, "Failure records"), scroll(table(d.failures, ["run_id", "session", "error", "message"], "failures")));
+  const more = ["trials", "discovery", "per_model", "lomo"].filter((n) => a[n] && a[n].length);
+  if (more.length) {
+    out.push(h("h2", {}, "More analyses"));
+    for (const name of more) out.push(h("h3", {}, name), scroll(table(a[name], Object.keys(a[name][0]), `table-${name}`)));
+  }
+  const rest = d.figures.filter((f) => !main.includes(f));
+  if (rest.length) out.push(h("h2", {}, "Figures"), rest.map((f) => figure(d, f)));
+  out.push(h("h2", { id: "manifest" }, "Manifest and counts"), h("div", { class: "meta" },
+    h("div", { class: "manifest" }, kvTable(m, "manifest")),
+    h("div", { class: "counts" }, Object.entries(d.counts).map(([col, vals]) => h("div", {}, h("h3", {}, col),
       h("table", { "data-testid": `counts-${col}` }, Object.entries(vals).map(([v, n]) => {
         const p = new URLSearchParams({ [col]: v });
         return h("tr", {}, h("td", {}, h("a", { href: `#/runs?${p}` }, v)), cell(n));
-      }))]))));
-  out.push(h("h2", {}, "Pending and failed tuples"));
-  if (!d.pending.length && !d.failures.length) out.push(h("p", {}, "none"));
-  if (d.pending.length) out.push(table(d.pending.map((p) => ({ run_id: p.run_id, workload: p.workload, task_id: p.task_id, condition: p.condition, fault: p.fault, error: p.error, message: p.message })),
-    ["run_id", "workload", "task_id", "condition", "fault", "error", "message"], "pending"));
-  if (d.failures.length) out.push(h("h3", {}, "Failure records"), table(d.failures, ["run_id", "session", "error", "message"], "failures"));
-  const a = d.analysis || {};
-  out.push(h("h2", {}, "Comparisons"));
-  if (!a.meta) out.push(h("div", { class: "note" }, "no analysis here (run aft-bench analyze DIR)"));
-  if (d.analysis_stale) out.push(h("div", { class: "note", "data-testid": "stale" }, "the analysis was made from other results than results.parquet holds now"));
-  const cols = ["comparison", "pairs", "clusters", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met", "treatment_fault_fired_share", "control_fault_fired_share", "caveat"];
-  for (const name of ["primary", "secondary"]) {
-    if (!a[name]) continue;
-    out.push(h("h3", {}, name), table(a[name], cols, `table-${name}`, (r) => `#/pairs?comparison=${encodeURIComponent(r.comparison)}`));
-  }
-  for (const name of ["trials", "discovery", "per_model", "lomo"]) {
-    if (!a[name] || !a[name].length) continue;
-    out.push(h("h3", {}, name), table(a[name], Object.keys(a[name][0]), `table-${name}`));
-  }
-  if (d.figures.length) out.push(h("h2", {}, "Figures"), d.figures.map((f) => h("p", {}, h("img", { class: "fig", alt: f, src: BUNDLE ? `data/figures/${f}` : `api/figure/${f}` }))));
+      })))))));
   return out;
 }
 
