@@ -1,6 +1,7 @@
 """The viewer's speed: first paint of the runs table on the paper matrix and on a synthetic 100,000-run directory,
-the time to render the largest traces, and the server's memory while traces are opened (headless Chromium,
-/usr/bin/chromium). Prints the figures docs/viewer.md quotes.
+the time to render the largest traces, the server's memory while traces are opened (headless Chromium,
+/usr/bin/chromium), and the time `view --bundle` takes to write the paper matrix's static site. Prints the
+figures docs/viewer.md quotes.
 
     .venv/bin/python benchmarks/bench_viewer.py [--paper DIR]   # without --paper the paper matrix is run first
 
@@ -146,6 +147,26 @@ def server_memory(directory: Path, ids: list[str]) -> tuple[float, float, float]
         proc.wait(10)
 
 
+def bundle_time(paper: Path, tmp: Path, repeat: int = 3) -> tuple[float, float]:
+    """`aft-bench view PAPER --bundle OUT` in its own process, as a user runs it: (median wall s, median CPU s)."""
+    import resource
+    import statistics
+    import subprocess
+
+    walls, cpus = [], []
+    for i in range(repeat):
+        out = tmp / f"site-{i}"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "aft_bench.cli", "view", str(paper), "--bundle", str(out)], check=True,
+                       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        shutil.rmtree(out)
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--paper", help="an existing results directory of configs/paper_deterministic.toml")
@@ -159,6 +180,7 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         pg = browser.new_page(viewport={"width": 1280, "height": 900})
         cold, warm, n, viewer, url = first_paint(pg, paper)
+        n_paper = n
         print(f"paper ({n:,} runs): first paint of the runs table {cold:.2f} s cold (open + serve + render), "
               f"{warm:.2f} s in the browser")
         med, worst, events = trace_render(pg, url, viewer, paper)
@@ -167,6 +189,8 @@ def main() -> None:
         cold, warm, n, viewer, url = first_paint(pg, big)
         print(f"synthetic ({n:,} runs): first paint of the runs table {cold:.2f} s cold, {warm:.2f} s in the browser")
         browser.close()
+        wall, cpu = bundle_time(paper, tmp)
+        print(f"view --bundle of the paper matrix ({n_paper:,} runs): median of 3 {wall:.1f} s wall, {cpu:.1f} s CPU")
         start, opened, after = server_memory(big, viewer.runs.ids()[::200][:500])
         print(f"server memory (`view` in its own process, RSS): {start:.0f} MB serving the 100k directory, "
               f"{opened:.0f} MB after the first 100 traces, {after:.0f} MB after 500 (trace cache bounded at 64)")

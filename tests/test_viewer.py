@@ -8,8 +8,13 @@ import hashlib
 import importlib
 import json
 import math
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +25,8 @@ from aft_bench.cli.view import add_parsers
 from aft_bench.viewer.model import Viewer
 from aft_bench.viewer.runs import SHOWN
 from aft_bench.viewer.server import build_app
+
+from conftest import ROOT
 
 cli_main = importlib.import_module("aft_bench.cli.main")
 
@@ -157,6 +164,73 @@ def test_bundle_holds_every_run_and_pair(smoke_results: Path, tmp_path: Path, mo
     assert 'type="module" src=' not in html and "window.AFT_BUNDLE" in html  # file:// refuses module files
     assert len(list((tmp_path / "site" / "data").glob("run_*.js"))) == 36
     assert len(list((tmp_path / "site" / "data").glob("pair_*.js"))) == 30
+
+
+def _bundled(site: Path, key: str) -> object:
+    """The value a bundle's data file hands the page (`window.__aft(key, value);`)."""
+    from aft_bench.viewer.bundle import file_key
+
+    text = (site / "data" / f"{file_key(key)}.js").read_text()
+    head = f"window.__aft({json.dumps(key)}, "
+    assert text.startswith(head) and text.endswith(");\n")
+    return json.loads(text[len(head):-3])
+
+
+def test_every_bundled_run_and_pair_equals_what_the_server_answers(smoke_results: Path, client: TestClient,
+                                                                    tmp_path: Path) -> None:
+    """The bundle writes pages in one pass over the runs (pairs from what it kept of them): the same data."""
+    from aft_bench.viewer.bundle import write_bundle
+
+    write_bundle(Viewer(smoke_results), tmp_path / "site")
+    for rid in pd.read_parquet(smoke_results / "results.parquet")["run_id"]:
+        assert _bundled(tmp_path / "site", f"run/{rid}") == client.get(f"/api/run/{rid}").json(), rid
+    pairs = client.get("/api/pairs").json()["pairs"]
+    assert pairs
+    for p in pairs:
+        key = f"pair/{p['comparison']}/{p['run_id_treatment']}"
+        assert _bundled(tmp_path / "site", key) == client.get(f"/api/{key}").json(), key
+
+
+def _bundle_process(results: Path, out: Path, kill_at: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AFT_BENCH_KILL_AT", None)
+    if kill_at:
+        env["AFT_BENCH_KILL_AT"] = kill_at
+    return subprocess.Popen([sys.executable, "-m", "aft_bench.cli", "view", str(results), "--bundle", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig", ["TERM", "INT"])
+def test_a_bundle_interrupted_halfway_leaves_the_parent_folder_as_it_was(smoke_results: Path, tmp_path: Path,
+                                                                         sig: str) -> None:
+    """SIGTERM (`timeout`) or Ctrl-C after 33 of the 66 run and pair pages: no OUT, no temporary folder beside it."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "kept.txt").write_text("was here before")
+    before = tree_hash(parent)
+    proc = _bundle_process(smoke_results, parent / "site", kill_at=f"bundle_item:33:{sig}")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and str(parent / "site") in err and "Traceback" not in err
+    assert sorted(p.name for p in parent.iterdir()) == ["kept.txt"] and tree_hash(parent) == before
+
+
+def test_a_bundle_terminated_at_any_moment_leaves_either_nothing_or_the_whole_site(smoke_results: Path,
+                                                                                   tmp_path: Path) -> None:
+    """An outside SIGTERM as soon as the temporary folder appears: whenever it lands, the parent holds what it
+    held before, or that and the complete site (if the bundle finished first); never a part of one."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    proc = _bundle_process(smoke_results, parent / "site")
+    while proc.poll() is None and not list(parent.iterdir()):
+        time.sleep(0.005)
+    proc.terminate()
+    proc.communicate(timeout=120)
+    names = sorted(p.name for p in parent.iterdir())
+    assert proc.returncode in (0, 130, -signal.SIGTERM) and names in ([], ["site"]), (proc.returncode, names)
+    if names:  # finished before the signal landed: the whole site
+        assert len(list((parent / "site" / "data").glob("run_*.js"))) == 36
+        assert len(list((parent / "site" / "data").glob("pair_*.js"))) == 30
 
 
 def _one_line_error(capsys) -> str:

@@ -4,6 +4,7 @@ bundle with `--bundle OUT`. Reads DIR; writes nothing into it."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,13 @@ from typing import Any
 from aft_bench.cli.flags import PORT
 
 VIEW_PORT = 8600  # report.html's links to pairs (analysis.report.VIEW_URL) expect it here
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """A termination signal as Ctrl-C: unwinds through the atomic folder write, which removes its temp folder."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -23,9 +31,20 @@ def cmd_view(args: argparse.Namespace) -> int:
         out = Path(args.bundle)
         if out.exists() or out.is_symlink():  # before reading DIR: nothing is built for a refused target
             raise InputError(out, "--bundle", str(out), "already exists; give a new folder")
+        from aft_bench.experiment.progress import progress_for
         from aft_bench.viewer.bundle import write_bundle
 
-        counts = write_bundle(Viewer(directory), out)
+        # SIGTERM (`timeout`, a CI runner) ends the bundle as Ctrl-C does: the half-written temporary folder is
+        # removed and OUT never appears; a second signal while that happens is ignored so the cleanup finishes
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            counts = write_bundle(Viewer(directory), out, progress=progress_for)
+        except KeyboardInterrupt:
+            print(f"aft-bench: view: interrupted; {out} was not written and nothing was left beside it",
+                  file=sys.stderr)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         print(f"bundle: {out / 'index.html'} ({counts['runs']} runs, {counts['pairs']} pairs); opens from disk")
         return 0
     from aft_bench.common.net import listen

@@ -8,13 +8,14 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from aft_bench.analysis.report import VIEW_URL
+from aft_bench.common import crashpoints
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import write_folder
 from aft_bench.episode.row import SCHEMA
-from aft_bench.viewer.model import Viewer
+from aft_bench.viewer.model import Viewer, pair_page
 from aft_bench.viewer.runs import FACETS, SHOWN
 from aft_bench.viewer.server import STATIC
 
@@ -53,8 +54,16 @@ def _copy_report(report: Path, dest: Path) -> None:
             shutil.copy(report / name, dest / name)
 
 
-def write_bundle(viewer: Viewer, out: Path, static: Path = STATIC) -> dict[str, int]:
-    """Write the site into `out` (which must not exist) atomically; returns counts of what it holds."""
+Progress = Callable[[str, str], Callable[..., Iterable[Any]]]
+
+
+def _no_progress(label: str, unit: str) -> Callable[..., Iterable[Any]]:
+    return lambda items, total=None: items
+
+
+def write_bundle(viewer: Viewer, out: Path, static: Path = STATIC, progress: Progress = _no_progress) -> dict[str, int]:
+    """Write the site into `out` (which must not exist) atomically; returns counts of what it holds. `progress`
+    (label, unit) wraps the runs and the pairs as they are written (experiment.progress.progress_for)."""
     if out.exists() or out.is_symlink():
         raise InputError(out, "--bundle", str(out), "already exists; give a new folder")
     if not out.parent.is_dir():
@@ -76,15 +85,23 @@ def write_bundle(viewer: Viewer, out: Path, static: Path = STATIC) -> dict[str, 
         cols = list(dict.fromkeys(SHOWN + FACETS))
         put("runs", {"shown": SHOWN, "columns": viewer.runs.columnar(cols),
                      "types": {c: SCHEMA[c].type for c in cols}})
-        for rid in viewer.runs.ids():
-            put(f"run/{rid}", viewer.run(rid))
-            counts["runs"] += 1
         put("pairs", viewer.pair_list())
-        for p in viewer.all_pairs()[0]:
-            pair = viewer.pair(p["comparison"], p["run_id_treatment"])
-            if pair is not None:
-                put(f"pair/{p['comparison']}/{p['run_id_treatment']}", pair)
+        pair_items, where = viewer.all_pairs()
+        paired = {rid for p in pair_items for rid in (p["run_id_treatment"], p["run_id_control"])}
+        kept: dict[str, dict[str, Any]] = {}  # what a pair page reads of its runs, kept from the one pass over runs
+        for row in progress("bundle: runs", "run")(viewer.runs.iter_rows(), total=len(viewer.runs)):
+            run = viewer.build_run(row)
+            put(f"run/{row['run_id']}", run)
+            if row["run_id"] in paired:
+                kept[row["run_id"]] = {"row": run["row"], "turns": run["turns"]}
+            counts["runs"] += 1
+            crashpoints.hit("bundle_item")
+        for p in progress("bundle: pairs", "pair")(pair_items):
+            t, c = kept.get(p["run_id_treatment"]), kept.get(p["run_id_control"])
+            if t is not None and c is not None:
+                put(f"pair/{p['comparison']}/{p['run_id_treatment']}", pair_page(p, where, t, c))
                 counts["pairs"] += 1
+                crashpoints.hit("bundle_item")
         figures = viewer.directory / "report"
         if figures.is_dir() and any(figures.glob("*.png")):
             (data / "figures").mkdir()

@@ -108,9 +108,10 @@ class Viewer:
         row = self.runs.row(run_id)
         if row is None:
             return None
-        return self._traces.get(run_id, lambda: self._build_run(row))
+        return self._traces.get(run_id, lambda: self.build_run(row))
 
-    def _build_run(self, row: dict[str, Any]) -> dict[str, Any]:
+    def build_run(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The run page's data for a row of the runs table (its trace read and verified now, not cached)."""
         path = self.directory / "traces" / f"{row['run_id']}.jsonl"
         events, verdict = timeline.load(path, row.get("trace_head"))
         start = next((dict(e.data) for e in events if e.kind == "run_start"), {})
@@ -149,6 +150,11 @@ class Viewer:
         t, c = self.run(p["run_id_treatment"]), self.run(p["run_id_control"])
         if t is None or c is None:
             return None
-        return {"pair": p, "source": where, "labels": pairs.label_diff(t["row"], c["row"]),
-                "alignment": pairs.align(t["turns"], c["turns"]),
-                "treatment": p["run_id_treatment"], "control": p["run_id_control"]}
+        return pair_page(p, where, t, c)
+
+
+def pair_page(p: dict[str, Any], where: str, t: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+    """A pair page's data from its analysis pair and its two runs (only their `row` and `turns` are read)."""
+    return {"pair": p, "source": where, "labels": pairs.label_diff(t["row"], c["row"]),
+            "alignment": pairs.align(t["turns"], c["turns"]),
+            "treatment": p["run_id_treatment"], "control": p["run_id_control"]}

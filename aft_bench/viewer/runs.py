@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,6 +121,12 @@ class RunsTable:
         if i is None:
             return None
         return {k: plain(v[0]) for k, v in self.table.slice(i, 1).to_pydict().items()}
+
+    def iter_rows(self, batch: int = 512) -> Iterator[dict[str, Any]]:
+        """Every run's row in table order, as `row` gives it, converted a batch at a time (not the whole table)."""
+        for chunk in self.table.to_batches(max_chunksize=batch):
+            for r in chunk.to_pylist():
+                yield {k: plain(v) for k, v in r.items()}
 
     def query(self, q: Query) -> dict[str, Any]:
         """One page of the filtered, sorted table (shown columns only) and the total it came from."""
