@@ -105,6 +105,94 @@ def test_the_layer_check_catches_an_upward_and_an_undeclared_import(tmp_path: Pa
     assert not any(f.startswith("mid/b.py") for f in found)
 
 
+def _module_names(package: Path) -> dict[str, Path]:
+    out = {}
+    for path in package.rglob("*.py"):
+        rel = path.with_suffix("").relative_to(package.parent)
+        out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
+    return out
+
+
+def _module_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that module `name` imports, anywhere in it (function-level and relative ones too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            candidates = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for c in candidates:
+            while c and c not in modules:
+                c = c.rpartition(".")[0]
+            if c and c != name:
+                out.add(c)
+    return out
+
+
+def import_cycles(package: Path) -> list[list[str]]:
+    """Every set of modules that import one another round a circle (strongly connected components, Tarjan)."""
+    modules = _module_names(package)
+    graph = {n: sorted(_module_imports(n, p, modules)) for n, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:  # iterative: the package's import chains are deeper than is safe to recurse
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+            if i < len(graph[v]):
+                work.append((v, i + 1))
+                w = graph[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    cycles.append(sorted(comp))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert import_cycles(PACKAGE) == []
+
+
+def test_the_cycle_check_finds_a_circle_through_a_function_level_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "aft_bench"
+    (pkg / "agents").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "agents" / "__init__.py").write_text("")
+    (pkg / "agents" / "llm.py").write_text("def base():\n    from aft_bench.agents.fake import b\n")
+    (pkg / "agents" / "fake.py").write_text("from .llm import RESTARTED\nb = 1\n")
+    (pkg / "agents" / "alone.py").write_text("from aft_bench.agents import llm\n")  # imports in, not round
+    assert import_cycles(pkg) == [["aft_bench.agents.fake", "aft_bench.agents.llm"]]
+    (pkg / "agents" / "fake.py").write_text("b = 1\n")
+    assert import_cycles(pkg) == []
+
+
 # -- the task split by audience ----------------------------------------------------------------------------
 HIDDEN = (Task, Criteria, Script, PlanStep, Step, Clause, Policy)
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench.agents.deterministic import DeterministicAgent, Params
-from aft_bench.agents.llm import RESTARTED
+from aft_bench.agents.notices import RESTARTED
 from aft_bench.agents.program_writer import (
     REFUSED_BY_DESIGN,
     broken_kind,

@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from aft_bench.agents.endpoints import endpoint, limiter
+from aft_bench.agents.notices import RESTARTED
 from aft_bench.agents.protocol import ACTIONS, CLAIMS, Action, Call, End, Usage
 from aft_bench.common.secrets import REDACTED, holds_secret, redact
 from aft_bench.interface.tokens import count_tokens, litellm_module
@@ -42,7 +43,6 @@ from aft_bench.interface.tools import Observation, ToolSpec, described_schema
 from aft_bench.tasks.task import Brief
 
 OFFLINE = "offline"  # api_base that means: the embedded offline model server (agents/fake_llm.py)
-RESTARTED = "Your process restarted and lost its local state (conversation included)."
 REMINDER = "Act with one of the tools, or end the episode by calling report_outcome."
 
 SYSTEM = """You operate tools against a live system to complete one task for a user.
