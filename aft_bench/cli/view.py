@@ -34,9 +34,11 @@ def cmd_view(args: argparse.Namespace) -> int:
         from aft_bench.experiment.progress import progress_for
         from aft_bench.viewer.bundle import write_bundle
 
-        # SIGTERM (`timeout`, a CI runner) ends the bundle as Ctrl-C does: the half-written temporary folder is
-        # removed and OUT never appears; a second signal while that happens is ignored so the cleanup finishes
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        # SIGTERM (`timeout`, a CI runner) and Ctrl-C end the bundle alike: the half-written temporary folder is
+        # removed and OUT never appears; a second signal while that happens is ignored so the cleanup finishes.
+        # SIGINT is handled here too: a process started with SIGINT ignored (a test runner's worker, a background
+        # job) would otherwise not stop on it at all
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             counts = write_bundle(Viewer(directory), out, progress=progress_for)
         except KeyboardInterrupt:
@@ -44,7 +46,8 @@ def cmd_view(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 130
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         print(f"bundle: {out / 'index.html'} ({counts['runs']} runs, {counts['pairs']} pairs); opens from disk")
         return 0
     from aft_bench.common.net import listen
