@@ -30,6 +30,10 @@ framework's wrappers (pydantic-ai's `{"error": ...}` for a tool error, a `Fix th
 prompt, text around an interface observation), from which it recovers the interface's observation; and once
 its report_outcome call has been answered it replies in plain text, so a framework's run ends there.
 Setting AFT_FAKE_LLM_LOG to a file appends every request and reply to it as JSON lines (a debugging aid).
+
+It answers `POST …/chat/completions`, plainly or, with `stream: true`, as server-sent chunks the way providers
+stream (tool-call deltas, a usage chunk when `stream_options.include_usage` asks); a path or an option it cannot
+honour is an HTTP error naming it (`unsupported`), never a body a client would read as an empty answer.
 """
 
 from __future__ import annotations
@@ -461,6 +465,62 @@ def _without_guards(call: Call) -> Call:
     return Call(call.tool, strip(call.args))
 
 
+CHAT_PATH = "/chat/completions"
+
+
+def unsupported(path: str, request: Any) -> tuple[int, str] | None:
+    """Why this server cannot answer a request as asked (status, message naming the path or option), or None.
+    It answers chat completions, streamed or not; an option it cannot honour is refused by name, never answered
+    with a body a client would read as an empty or a different answer."""
+    if not path.split("?", 1)[0].rstrip("/").endswith(CHAT_PATH):
+        return 404, (f"fake-llm serves POST .../v1{CHAT_PATH} only; {path.split('?', 1)[0]!r} is not served "
+                     f"(point the client's chat-completions API at it)")
+    if not isinstance(request, dict):
+        return 400, "the request body is not a JSON object"
+    stream = request.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        return 400, f"option 'stream' must be true or false (got {stream!r})"
+    options = request.get("stream_options")
+    if options is not None:
+        if not stream:
+            return 400, "option 'stream_options' is only allowed when 'stream' is true"
+        if not isinstance(options, dict) or set(options) - {"include_usage", "include_obfuscation"}:
+            return 400, f"option 'stream_options' can hold only include_usage here (got {options!r})"
+    if request.get("n") not in (None, 1):
+        return 400, f"option 'n' = {request.get('n')!r} is not supported: this model gives one choice (n = 1)"
+    fmt = request.get("response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+        return 400, f"option 'response_format' {fmt!r} is not supported: this model answers text or tool calls"
+    if request.get("logprobs") or request.get("top_logprobs"):
+        return 400, "option 'logprobs' is not supported: this model has no token probabilities"
+    return None
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def stream_events(reply: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+    """A chat completion as the chunks a provider streams: the role, the text in pieces, each tool call's id and
+    name and then its arguments in pieces (tool-call deltas), the finish reason, and the usage last when asked."""
+    head = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
+    choice = reply["choices"][0]
+    message = choice["message"]
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": piece} for piece in _pieces(message.get("content") or "", 24)]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                       "function": {"name": fn["name"], "arguments": ""}}]})
+        deltas += [{"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
+                   for piece in _pieces(fn["arguments"], 16)]
+    events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    if include_usage:
+        events.append({**head, "choices": [], "usage": reply["usage"]})
+    return events
+
+
 def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """Start the server in a daemon thread; `server.server_port` is the port it listens on."""
 
@@ -495,6 +555,13 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
                 return
             try:
                 request = json.loads(body)
+                refused = unsupported(self.path, request)
+                if refused is not None:
+                    status, message = refused
+                    error = {"error": {"message": message, "type": "invalid_request_error"}}
+                    _log(body, error)
+                    self._send(status, error)
+                    return
                 reply = model.respond(request)
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
                 error = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "invalid_request_error"}}
@@ -502,7 +569,24 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
                 self._send(400, error)
                 return
             _log(body, reply)
-            self._send(200, reply)
+            if request.get("stream"):
+                usage = bool((request.get("stream_options") or {}).get("include_usage"))
+                self._stream(stream_events(reply, usage))
+            else:
+                self._send(200, reply)
+
+        def _stream(self, events: list[dict[str, Any]]) -> None:
+            """Server-sent events, one HTTP chunk each, then `data: [DONE]`."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for data in [json.dumps(e) for e in events] + ["[DONE]"]:
+                event = f"data: {data}\n\n".encode()
+                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()

@@ -24,6 +24,10 @@ from aft_bench.common.secrets import redact
 
 READY = "serving"  # the server's first stderr word once it takes requests and signals
 RECORDED = re.compile(r"aft-bench: episode recorded as run (\S+)")
+ABANDONED = re.compile(r"aft-bench: episode abandoned: (.+?); nothing recorded")
+FROZE_HINT = ("hint: the client listed its tools, was told the list changed, never listed them again and made no "
+              "business call: it may fix its tool list when it starts (LangGraph's and LlamaIndex's agents do); "
+              "serve it with --discovery-form facade")
 TAIL_LINES = 12
 STOP_WAIT_S = 30.0
 
@@ -53,6 +57,7 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
         print(json.dumps(client_config(args, worlds), indent=2))
         return 0
     served = Served(target, worlds, None, _agent_options(args))  # every flag checked before anything is created
+    served.record_at = args.record_at
     sock = listen(args.host, args.port) if args.transport == "http" else None  # and the port is ours
     warm()  # the tokenizer (litellm, ~2 s to import) before the client's first request, not during it
 
@@ -64,13 +69,17 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
                 await _serve_stdio(served, server)
             else:
                 await _serve_http(served, server, sock, target)
-            if served.abandoned:
-                await served.abandon()
-                print("aft-bench: episode abandoned (the client failed); nothing recorded, its partial trace is "
-                      "in quarantine/", file=sys.stderr, flush=True)
+            if served.abandoned and served.row is None:
+                announced = served.why_abandoned is not None  # abandoned for its own reason, already said
+                await served.abandon("the client failed (serve-matrix's word)")
+                if not announced:
+                    print(f"aft-bench: episode abandoned: {served.why_abandoned}; nothing recorded, its partial "
+                          f"trace is in quarantine/", file=sys.stderr, flush=True)
             elif served.row is not None:
                 print(f"aft-bench: episode recorded as run {served.row['run_id']} in {args.out}", file=sys.stderr,
                       flush=True)
+            if served.froze_its_list():
+                print(f"aft-bench: {FROZE_HINT}", file=sys.stderr, flush=True)
 
     anyio.run(serve)
     return 0
@@ -167,7 +176,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     command = args.client_cmd if args.shell else shlex.split(args.client_cmd)
     total = len(tuples) * len(agents)
     recorded_rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]  # before this run
-    recorded = skipped = pending = 0
+    recorded = skipped = pending = froze = 0
     n = 0
     for options in agents:
         for wl, task, cond, fault, seed, backend, size, rep in tuples:
@@ -184,6 +193,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
             logs.mkdir(parents=True, exist_ok=True)
             stem = logs / f"{n:04d}-{wl}-{task}-{cond}-{fault}-s{seed}-r{rep}"
             ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem)
+            froze += detail.pop("froze_its_list")
             if ok:
                 recorded += 1
                 print(f"{n}/{total}  {name}  recorded as run {why}", flush=True)
@@ -197,6 +207,8 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
                 print(f"{n}/{total}  {name}  PENDING: {why}", flush=True)
     print(f"serve-matrix: {total} tuple(s): {recorded} recorded, {pending} pending, {skipped} already recorded; "
           f"results: {out / 'results.parquet'}" + (f"; the pending are in {out / 'failures.jsonl'}" if pending else ""))
+    if froze:
+        print(f"serve-matrix: in {froze} tuple(s) {FROZE_HINT.removeprefix('hint: ')}")
     return 1 if pending else 0
 
 
@@ -214,7 +226,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
     cmd = [exe, "serve", "--workload", target.workload, "--task", target.task_id, "--condition", target.condition,
            "--fault", target.fault, "--seed", str(target.seed), "--backend", target.backend, "--transport", "http",
-           "--port", str(port), "--out", str(out), "--worlds", str(worlds), *flags] + (
+           "--port", str(port), "--out", str(out), "--worlds", str(worlds), "--record-at", "stop", *flags] + (
         ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else [])
     server_log, client_log = stem.with_suffix(".server.log"), stem.with_suffix(".client.log")
     slog = RedactedLog(server_log)  # an agent or a server that prints a key: the key stops at the log
@@ -250,10 +262,15 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
                 server.kill()
                 server.wait()
         slog.close()
-    detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log)}
-    found = RECORDED.search(_tail(server_log, 50))
-    if found:  # the session ended (and was recorded) before the client failed, if it did: the episode happened
-        return True, found.group(1) + (f" (then {why.removeprefix('the ')})" if why else ""), detail
+    said = _tail(server_log, 50)
+    detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log),
+              "froze_its_list": FROZE_HINT in said}
+    found = RECORDED.search(said)
+    if found:  # recorded only at the stop that follows a client's exit 0 (--record-at stop)
+        return True, found.group(1), detail
+    abandoned = ABANDONED.search(said)
+    if not why and abandoned:  # the server found the episode to be the client's failure
+        why = abandoned.group(1)
     if not why:
         why = "the client never connected (nothing to record)" if server.returncode == 0 else (
             f"the server ended with code {server.returncode}")
@@ -308,6 +325,11 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
     sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
     sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
+    sv.add_argument("--record-at", choices=["session-end", "stop"], default="session-end",
+                    help="when the episode's row is written: when the owning session ends (session-end, the default; "
+                    "over stdio that is the client's disconnect) or only when the server is stopped with SIGTERM "
+                    "(stop: what serve-matrix uses, so that a client that fails after its session closed is "
+                    "abandoned with SIGUSR1 and never recorded)")
     sv.add_argument("--client-config", action="store_true",
                     help="print the mcpServers entry (absolute paths) that launches this server over stdio, and exit")
     agent_flags(sv)

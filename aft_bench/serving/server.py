@@ -159,6 +159,18 @@ class Served:
         self.cancelled: set[str] = set()
         self.announced: tuple[str, ...] = ()  # the tool names the client was last told of
         self.abandoned = False
+        self.why_abandoned: str | None = None
+        # record_at "stop": the row is written only when the server is stopped (serve-matrix stops it after the
+        # client exited 0, or abandons it after a failure), never at the session's end
+        self.record_at = "session-end"
+        self.built: dict[str, Any] | None = None  # the ended episode's row, before it is recorded
+        # what the owner did, to tell a client's failure (and a frozen tool list) from an outcome
+        self.calls = 0  # the owner's tool calls, any tool
+        self.business_calls = 0
+        self.lists = 0  # the owner's tools/list requests
+        self.lists_at_notice: int | None = None  # how many it had made when it was first told the list changed
+        self.outsiders = 0  # requests of other sessions, refused
+        self.owner_ended = False
 
     # -- the episode --------------------------------------------------------------------------------------
     def key(self, client: str) -> dict[str, Any]:
@@ -176,8 +188,15 @@ class Served:
         if self.owner is None:
             self.owner = owner
         elif owner.key != self.owner.key:
+            self.outsiders += 1
+            why = self.client_failure()
+            if why and self.owner_ended and not self.abandoned and self.row is None:
+                await self.abandon(why)
+                print(f"aft-bench: episode abandoned: {why}; nothing recorded, its partial trace is in quarantine/",
+                      file=sys.stderr, flush=True)
             raise Refused("this server plays one episode, and another session owns it; start another server "
-                          "for another episode (serve-matrix starts one per tuple)")
+                          "for another episode (serve-matrix starts one per tuple)" + (
+                              f". The episode was abandoned: {why}" if why else ""))
         if self.episode is None:
             if self.abandoned:
                 raise Refused("this episode was abandoned and will not be recorded")
@@ -211,28 +230,60 @@ class Served:
                 agent.abandon("the episode has ended")
         row = {**episode_row(cell.key(), cell.run_id, self.mechanisms.to_dict(), result, time.perf_counter() - t0,
                              hashes), "client": self.client}
-        self.directory.record(row)  # type: ignore[union-attr]
-        self.row = row
+        self.built = row
         return row
 
-    async def finish(self) -> None:
-        """The owner's session ended: end the episode without a decision (if it is still running) and record it."""
-        if self.episode is None:
+    def client_failure(self) -> str | None:
+        """Why this episode is the client's failure rather than an outcome, if it is: the session that owned it
+        made no tool call while the client went on in other sessions (a client that opens one MCP session per
+        operation: its first session, the one that listed the tools, owns the episode and ends it)."""
+        if self.calls == 0 and self.outsiders:
+            return ("the session that owned the episode made no tool call and the client went on in another "
+                    "session (a client that opens one MCP session per operation; use its one-session form)")
+        return None
+
+    def froze_its_list(self) -> bool:
+        """Whether the client listed its tools, was told the list changed, never listed them again, and made no
+        business call: a client that fixes its tool list when it starts, meeting the dynamic discovery form."""
+        return (not self.facade and self.lists_at_notice is not None and self.lists == self.lists_at_notice
+                and self.business_calls == 0)
+
+    async def finish(self, stopping: bool = True) -> None:
+        """The owner's session ended (`stopping` False) or the server stops: end the episode without a decision
+        (if it is still running) and record it, unless it is the client's failure (then abandon it). At a session's
+        end the row waits for the server's stop under `record_at = "stop"`, and when the session made no tool call
+        (the client may yet go on in another session: then it was a client's failure)."""
+        if self.episode is None or self.abandoned or self.row is not None:
             return
+        self.owner_ended = True
         if self.agent is not None and not self.episode.done():
             self.agent.inbox.put_nowait(None)
         await self.episode
-
-    async def abandon(self) -> None:
-        """Record nothing: the client failed (serve-matrix says so); the partial trace goes to quarantine."""
-        self.abandoned = True
-        if self.episode is None or self.episode.done():
+        why = self.client_failure()
+        if why:
+            await self.abandon(why)
             return
-        self.episode.cancel()
-        try:
-            await self.episode
-        except asyncio.CancelledError:
-            pass
+        if not stopping and (self.record_at == "stop" or self.calls == 0):
+            return
+        assert self.built is not None and self.directory is not None
+        self.directory.record(self.built)
+        self.row = self.built
+
+    async def abandon(self, why: str = "the client failed") -> None:
+        """Record nothing: the client failed (serve-matrix says so, or `client_failure`); the partial trace, or the
+        whole one of an episode that ended but was not recorded, goes to quarantine."""
+        if self.row is not None or self.why_abandoned is not None:  # recorded, or already abandoned
+            return
+        self.abandoned = True  # (a signal handler may have set it already: the rest is still to do)
+        self.why_abandoned = why
+        if self.episode is None:
+            return
+        if not self.episode.done():
+            self.episode.cancel()
+            try:
+                await self.episode
+            except asyncio.CancelledError:
+                pass
         if self.directory is not None and self.run_id is not None:
             self.directory.quarantine(self.run_id)
 
@@ -309,6 +360,10 @@ class Served:
             self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "arguments too large", "chars": size},
                               invalid=True)
             return f"ERROR invalid_arguments: arguments of {size} characters; the limit is {MAX_ARGS_CHARS}", None, True
+        self.calls += 1
+        inner_name = args.get("name") if name == FACADE.name and self.facade else name
+        if any(t.name == inner_name and t.role == "business" for t in self.agent.callable_tools()):
+            self.business_calls += 1
         if name == FACADE.name and self.facade:
             inner, arguments = args.get("name"), args.get("arguments", {})
             if not isinstance(inner, str) or not isinstance(arguments, dict) or set(args) - {"name", "arguments"}:
@@ -427,12 +482,15 @@ def build_server(served: Served) -> Any:
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         await begin(ctx)
+        served.lists += 1
         return mt.ListToolsResult(tools=served.tools())
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         await begin(ctx)
         answer = await served.call(params.name, dict(params.arguments or {}))
         if served.list_changed():
+            if served.lists_at_notice is None:
+                served.lists_at_notice = served.lists
             # on this request's own stream, before its result, on both eras: 2026-07-28 reserves change notices for
             # subscriptions/listen streams, but FastMCP (pydantic-ai's client) negotiates it and never listens; a
             # client that does listen gets it there too
@@ -461,7 +519,7 @@ def build_server(served: Served) -> Any:
         finally:
             if not served.abandoned:
                 with anyio.CancelScope(shield=True):  # a signal cancelled the serving: record the episode anyway
-                    await served.finish()
+                    await served.finish(stopping=True)
 
     class EpisodeServer(Server):  # type: ignore[type-arg]
         """Handshake-era sessions are told that the tool list changes (dynamic form); 2026-07-28 derives it from
@@ -484,10 +542,17 @@ def http_app(served: Served, server: Any, host: str) -> Any:
         await inner(scope, receive, send)
         if scope["type"] == "http" and scope["method"] == "DELETE" and served.owner is not None:
             session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode("latin-1")
-            if served.owner.key == f"session:{session}" and not served.abandoned:
-                await served.finish()
+            if served.owner.key == f"session:{session}" and not served.abandoned and served.row is None:
+                await served.finish(stopping=False)
                 if served.row is not None:
                     print(f"aft-bench: episode recorded as run {served.row['run_id']} (session ended)",
+                          file=sys.stderr, flush=True)
+                elif served.abandoned:
+                    print(f"aft-bench: episode abandoned: {served.why_abandoned}; nothing recorded, its partial "
+                          f"trace is in quarantine/", file=sys.stderr, flush=True)
+                elif served.record_at == "session-end":  # a session without a tool call: wait for what comes
+                    print("aft-bench: the session that owned the episode ended without a tool call; the episode is "
+                          "recorded when the server stops, unless the client goes on in another session",
                           file=sys.stderr, flush=True)
 
     return app
