@@ -37,6 +37,24 @@ def test_ladder_and_removals_resolve() -> None:
     i3 = CONDS.resolve("I3").to_dict()
     misleading = CONDS.resolve("I3-misleading").to_dict()
     assert {k for k in i3 if i3[k] != misleading[k]} == {"annotations"}  # a variant changes what it names
+    declared = CONDS.resolve("I5-declared-guards").to_dict()
+    assert {k for k in i5 if i5[k] != declared[k]} == {"enforcement"}
+
+
+def test_declared_guards_show_the_agent_exactly_i5_s_surface(worlds) -> None:
+    """I5-declared-guards differs from I5 only at the commit point: the surface and every business schema (its
+    description of version preconditions and authority, the expected_version field) are I5's, byte for byte."""
+    from aft_bench.common.canonical import canonical_json
+
+    for ref in ("payments/charge-o1", "exports/export-d1"):
+        shown = {}
+        for condition in ("I5", "I5-declared-guards"):
+            iface, _ = _iface(worlds, ref, condition)
+            shown[condition] = canonical_json([t.schema() for t in iface.surface()]
+                                              + [t.schema() for t in iface.business.values()])
+        assert shown["I5"] == shown["I5-declared-guards"], ref
+        assert "Authority is checked at the commit point" in shown["I5"]
+        assert ("expected_version" in shown["I5"]) == ref.startswith("payments")  # its updates take a version
 
 
 def test_unknown_condition_lists_the_valid_ones() -> None:

@@ -82,3 +82,22 @@ def test_an_agent_that_does_nothing_meets_no_discovery_criterion(tmp_path: Path)
     assert ctx["criterion_met"] is False and ctx["joint_note"] == "jointly with discovery_recall (not met)"
     assert rec["utility_diff"] < 0 and rec["criterion_met"] is False  # ... because recall collapsed
     assert capable["discovery_context"]["criterion_met"] is True and capable["discovery_recall"]["criterion_met"]
+
+
+DECLARED = ROOT / "configs" / "negative" / "declared_guards.toml"
+
+
+def test_guards_that_are_only_declared_stop_nothing_while_enforced_ones_do(tmp_path: Path) -> None:
+    """The negative of unsafe_commits comes from the interface, not the agent: I5's surface with guards that are
+    declared and never enforced (I5-declared-guards) against I5-guards finds no effect with every fault fired in
+    16 task clusters, while I5 against I5-guards on the same tasks, in the same run, does."""
+    out = tmp_path / "declared"
+    assert main(["run", str(DECLARED), "--out", str(out)]) == 0
+    assert main(["analyze", str(out), "--resamples", "200", "--permutations", "500"]) == 0
+    rows = {r["comparison"]: r for name in ("primary", "secondary")
+            for r in json.loads((out / "analysis" / f"{name}.json").read_text())}
+    n, p = rows["unsafe_commits_declared"], rows["unsafe_commits"]
+    assert n["clusters"] == p["clusters"] == 16 and n["caveat"] is None  # the test could have convicted ...
+    assert n["treatment_fault_fired_share"] == n["control_fault_fired_share"] == 1.0  # ... every fault fired
+    assert n["utility_diff"] == 0.0 and n["criterion_met"] is False  # ... and there is no effect
+    assert p["utility_diff"] > 0 and p["criterion_met"] is True  # the known positive, same run and tasks

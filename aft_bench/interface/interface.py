@@ -163,8 +163,10 @@ class Interface:
     def _business_call(self, name: str, args: dict[str, Any]) -> Observation:
         m = self.mechanisms
         key = args.pop(KEY_PARAM, None) if m.keys else None
-        version = args.pop(VERSION_PARAM, None) if m.guards else None
-        guards = Guards(idempotency_key=key, expected_version=version, authority_at_commit=m.guards)
+        version = args.pop(VERSION_PARAM, None) if m.guards else None  # accepted wherever declared ...
+        checked = m.checks_guards  # ... and checked at the commit only where enforced
+        guards = Guards(idempotency_key=key, expected_version=version if checked else None,
+                        authority_at_commit=checked)
         delivery = self.pipeline.invoke(Request(name, args, guards=guards))
         return self._render(delivery, key)
 

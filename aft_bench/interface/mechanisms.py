@@ -32,6 +32,9 @@ class MechanismModel(BaseModel):
     # tool programs (ToolPro): `run_program` with re-execution that emits every call again (`plain`) or
     # replays completed writes (`replay`)
     programs: Literal["off", "plain", "replay"] = "off"
+    # guarded effects' commit checks: `enforced`, or `declared` = version preconditions and authority described
+    # and accepted exactly as under `enforced` but never checked at the commit point (guards that are only words)
+    enforcement: Literal["enforced", "declared"] = "enforced"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Mechanisms:
     verification: bool
     annotations: str = "auto"
     programs: str = "off"
+    enforcement: str = "enforced"
 
     @property
     def keys(self) -> bool:
@@ -55,8 +59,13 @@ class Mechanisms:
 
     @property
     def guards(self) -> bool:
-        """Version preconditions and authority at the commit point (guarded effects)."""
+        """Version preconditions and authority at the commit point are declared (guarded effects)."""
         return self.effects == "guarded"
+
+    @property
+    def checks_guards(self) -> bool:
+        """The declared guards are checked at the commit point (not under `enforcement = "declared"`)."""
+        return self.guards and self.enforcement == "enforced"
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a fresh dict in field order (`asdict`'s result; every field is a str or bool)."""
