@@ -17,8 +17,8 @@ from aft_bench.common.files import write_atomic
 
 
 def profiles(df: pd.DataFrame, source: Path) -> list[dict[str, Any]]:
-    """One entry per deployment and model: RTT + DEC from its cold starts, BUILD from its programs that ran (null
-    when none ran)."""
+    """One entry per deployment and model: RTT + DEC from its cold starts, BUILD from the programs its cold starts
+    ran (null when none ran), `runs` the cold starts measured."""
     measured = df[df["policy_start"].notna()]
     if measured.empty:
         raise InputError(source, "policy_start", None, "no run here used the profile-driven policy "
@@ -30,15 +30,19 @@ def profiles(df: pd.DataFrame, source: Path) -> list[dict[str, Any]]:
     out = []
     for (world, model, network), runs in measured.groupby(["world", "model", measured["network"].fillna("")],
                                                           sort=True):
-        cold = runs[runs["policy_start"] == "cold"]["policy_step_ms"].dropna()
-        built = runs["measured_build_ms"].dropna()
+        # cold starts only, for BUILD too: a warm start's step is the one it copied from the old profile, and its
+        # program's BUILD is measured as clock time less that copied step (agents/program.py), so both would drag
+        # the new profile towards the old one
+        starts = runs[runs["policy_start"] == "cold"]
+        cold = starts["policy_step_ms"].dropna()
+        built = starts["measured_build_ms"].dropna()
         if cold.empty:
             raise InputError(source, "world", world, f"no cold start measured a step for this world, model {model!r} "
                              f"and network {network or 'none'}")
         out.append({"world": str(world), "model": str(model), "network": network or None,
                     "step_ms": round(float(cold.mean()), 6),
                     # no program ran there: no BUILD measured (a warm start then decides with its prior)
-                    "build_ms": round(float(built.mean()), 6) if len(built) else None, "runs": int(len(runs))})
+                    "build_ms": round(float(built.mean()), 6) if len(built) else None, "runs": int(len(starts))})
     return out
 
 
