@@ -9,6 +9,10 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +102,7 @@ class Case:
     argv: list[str]
     code: int
     prepare: Callable[[Path, Path], None] = lambda t, d: None  # (tmp folder, results copy)
+    says: tuple[str, ...] = ()  # what the one line must name (the file, the flag, the value), when given
 
 
 def _data_file_cases() -> list[Case]:
@@ -167,6 +172,13 @@ def _write(name: str, content: bytes) -> Callable[[Path, Path], None]:
     return prepare
 
 
+def _endless(name: str) -> Callable[[Path, Path], None]:
+    def prepare(t: Path, d: Path) -> None:
+        (d / name).unlink(missing_ok=True)
+        (d / name).symlink_to("/dev/zero")
+    return prepare
+
+
 def _first_trace(d: Path) -> Path:
     return sorted((d / "traces").glob("*.jsonl"))[0]
 
@@ -188,9 +200,29 @@ OTHER_CASES = [
     Case("run resume: a finished run's trace deleted", RUN_AGAIN, 1, lambda t, d: _first_trace(d).unlink()),
     Case("run resume: a finished run's trace edited", RUN_AGAIN, 1,
          lambda t, d: _first_trace(d).write_text(_first_trace(d).read_text().replace('"seq":1', '"seq":7', 1))),
+    Case("run resume: journal is endless (a link to /dev/zero)", RUN_AGAIN, 2, _endless("journal.jsonl"),
+         ("journal.jsonl", "larger than")),
+    Case("run resume: binary sessions.jsonl", RUN_AGAIN, 2, _write("sessions.jsonl", bytes(range(256)) * 4),
+         ("sessions.jsonl", "not UTF-8")),
+    Case("summarize: binary sessions.jsonl", ["summarize", "{d}"], 2, _write("sessions.jsonl", bytes(range(256)) * 4),
+         ("sessions.jsonl", "not UTF-8")),
+    Case("view: binary sessions.jsonl", ["view", "{d}", "--bundle", "{t}/site"], 2,
+         _write("sessions.jsonl", bytes(range(256)) * 4), ("sessions.jsonl", "not UTF-8")),
+    Case("view: binary failures.jsonl", ["view", "{d}", "--bundle", "{t}/site"], 2,
+         _write("failures.jsonl", bytes(range(256)) * 4), ("failures.jsonl", "not UTF-8")),
+    Case("audit: journal is endless (a link to /dev/zero)", ["audit", "{d}"], 1, _endless("journal.jsonl"),
+         ("journal.jsonl", "larger than")),
+    Case("audit: binary failures.jsonl", ["audit", "{d}"], 1, _write("failures.jsonl", bytes(range(256)) * 4),
+         ("failures.jsonl", "not UTF-8")),
     Case("audit: truncated manifest", ["audit", "{d}"], 1, _bytes("manifest.json", lambda b: b[:10])),
     Case("audit: no manifest", ["audit", "{d}"], 2, lambda t, d: (d / "manifest.json").unlink()),
     Case("audit: missing folder", ["audit", "{t}/nowhere"], 2),
+    Case("audit: --manuscript missing", ["audit", "{d}", "--manuscript", "{t}/paper.md"], 2, lambda t, d: None,
+         ("{t}/paper.md", "--manuscript", "not found")),
+    Case("audit: --manuscript binary", ["audit", "{d}", "--manuscript", "{t}/paper.md"], 2,
+         lambda t, d: (t / "paper.md").write_bytes(bytes(range(256)) * 4), ("{t}/paper.md", "--manuscript", "UTF-8")),
+    Case("audit: --manuscript a folder", ["audit", "{d}", "--manuscript", "{t}"], 2, lambda t, d: None,
+         ("--manuscript", "directory")),
     Case("audit: corrupt journal", ["audit", "{d}"], 1,
          _bytes("journal.jsonl", lambda b: b.replace(b'"row"', b'"rov"', 1))),
     Case("audit: truncated parquet", ["audit", "{d}"], 1, _bytes("results.parquet", lambda b: b[:100])),
@@ -276,6 +308,13 @@ HOSTILE_CONFIGS = {
 }
 
 
+def _catalog(t: Path, d: Path) -> None:
+    """An imported catalog file (as `catalog import-mcp` writes it): one read tool approved, one pending."""
+    (t / "cat.json").write_text(json.dumps({"source": {"server": "test"}, "tools": [
+        {"name": "get_order", "description": "Read an order.", "effect": "read", "state": "approved"},
+        {"name": "charge_payment", "description": "Charge an order.", "effect": "unknown", "state": "pending"}]}))
+
+
 def _config(text: str) -> Callable[[Path, Path], None]:
     def prepare(t: Path, d: Path) -> None:
         (t / "h.toml").write_text(text)
@@ -286,6 +325,11 @@ HOSTILE_CASES = [Case(f"{cmd}: {name}", argv, 2, _config(text)) for name, text i
                  for cmd, argv in (("validate", ["validate", "{t}/h.toml"]),
                                    ("run", ["run", "{t}/h.toml", "--out", "{t}/out", "--worlds", str(WORLDS)]))]
 HOSTILE_CASES += [
+    Case("run: the offline model has no such policy",  # refused by preflight: no folder, not a 400 per tuple
+         ["run", "{t}/h.toml", "--out", "{t}/out", "--worlds", str(WORLDS)], 2,
+         _config('[experiment]\nid = "h"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n'
+                 '[[experiment.agents]]\nname = "llm"\nmodel = "openai/fake-bogus"\napi_base = "offline"\n'),
+         ("h.toml", "'openai/fake-bogus'", "capability, naive")),
     Case("run: --max-cost nan", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "nan"], 2),
     Case("run: --max-cost inf", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "inf"], 2),
     Case("run: --max-cost -1", ["run", str(SMOKE), "--out", "{t}/out", "--max-cost", "-1"], 2),
@@ -299,6 +343,17 @@ HOSTILE_CASES += [
     Case("fake-llm: --port 70000", ["fake-llm", "--port", "70000"], 2),
     Case("view: not a results folder", ["view", "{t}"], 2),
     Case("view: --bundle target exists", ["view", "{d}", "--bundle", "{d}"], 2),
+    # the catalog review cycle: contradictory states, a session of no tools (the catalog file is left as it was)
+    Case("catalog review: one tool under --approve and --block",
+         ["catalog", "review", "{t}/cat.json", "--approve", "get_order", "--block", "get_order", "--effect", "read"],
+         2, _catalog, ("--approve", "--block", "'get_order'")),
+    Case("catalog review: one tool under --block and --pin",
+         ["catalog", "review", "{t}/cat.json", "--block", "charge_payment", "--pin", "get_order", "charge_payment",
+          "--effect", "read"], 2, _catalog, ("--block", "--pin", "'charge_payment'")),
+    Case("catalog resolve: --k 0", ["catalog", "resolve", "{t}/cat.json", "read the order", "--k", "0"], 2, _catalog,
+         ("--k", "0")),
+    Case("catalog resolve: --k -3", ["catalog", "resolve", "{t}/cat.json", "read the order", "--k", "-3"], 2,
+         _catalog, ("--k", "-3")),
 ]
 
 CASES = _data_file_cases() + _table_cases() + OTHER_CASES + HOSTILE_CASES
@@ -325,10 +380,111 @@ def test_bad_input_is_one_line_an_exit_code_and_nothing_written(case: Case, smok
     assert "Traceback" not in captured.err + captured.out
     if case.argv[0] == "audit" and code == 1:  # a failed audit prints its checks on stdout, FAIL named
         assert "FAIL" in captured.out and not lines, captured
+        fails = [ln for ln in captured.out.splitlines() if ln.startswith("FAIL")]
+        assert all(any(w in ln for ln in fails) for w in case.says), (case.id, case.says, fails)
     else:
         assert len(lines) == 1 and lines[0].startswith("aft-bench: "), (case.id, captured.err)
+        assert all(w.format(t=tmp_path, d=d) in lines[0] for w in case.says), (case.id, case.says, lines[0])
     after = _snapshot(tmp_path)
     after.pop("results/.runner.lock", None)  # a resume takes the runner lock (an empty file) before refusing
     assert after == before, (case.id, set(after.items()) ^ set(before.items()))
     assert KEY not in captured.err + captured.out  # a refused key is not echoed back either
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "h.toml" and KEY.encode() in p.read_bytes()]
+
+
+# --- the offline model server (`aft-bench fake-llm`) against malformed requests: a 400 (or 413) naming the header or
+# the body's problem, as JSON, and nothing on the server's terminal; the server goes on answering ----------------------
+CHAT = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Connection: close\r\n")
+FAKE_LLM_REQUESTS = {
+    "Content-Length not a number": (CHAT + "Content-Length: twelve\r\n\r\n{}").encode(),
+    "negative Content-Length": (CHAT + "Content-Length: -5\r\n\r\n{}").encode(),
+    "Content-Length 1e3": (CHAT + "Content-Length: 1e3\r\n\r\n{}").encode(),
+    "Content-Length beyond any body": (CHAT + f"Content-Length: {10 ** 15}\r\n\r\n{{}}").encode(),
+    "body nested 100k deep": (CHAT + f"Content-Length: {200_000}\r\n\r\n").encode() + b"[" * 100_000 + b"]" * 100_000,
+    "body nested 500 deep": (CHAT + f"Content-Length: {1_000}\r\n\r\n").encode() + b"[" * 500 + b"]" * 500,
+}
+FAKE_LLM_SAYS = {  # the status and what the error message names
+    "Content-Length not a number": (400, "Content-Length"), "negative Content-Length": (400, "Content-Length"),
+    "Content-Length 1e3": (400, "Content-Length"), "Content-Length beyond any body": (413, "Content-Length"),
+    "body nested 100k deep": (400, "nested"), "body nested 500 deep": (400, "nested")}
+
+
+def _exchange(port: int, request: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("name", list(FAKE_LLM_REQUESTS))
+def test_fake_llm_answers_a_malformed_request_with_an_error_naming_it_and_prints_nothing(name: str, capfd) -> None:
+    from aft_bench.agents.fake_llm import FakeModel, serve
+
+    server = serve(FakeModel({}))
+    try:
+        capfd.readouterr()
+        answer = _exchange(server.server_port, FAKE_LLM_REQUESTS[name])
+        status, named = FAKE_LLM_SAYS[name]
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(f"HTTP/1.1 {status} ".encode()), (name, answer[:300])
+        assert named in json.loads(body)["error"]["message"], (name, body[:300])
+        plain = (CHAT + "Content-Length: 2\r\n\r\n{}").encode()  # the server goes on: a well-formed request is
+        assert _exchange(server.server_port, plain).startswith(b"HTTP/1.1 400 ")  # answered (no model: a 400)
+        captured = capfd.readouterr()
+        assert captured.err == "" and captured.out == "", (name, captured.err[-500:])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --- resources and the order of what is said -------------------------------------------------------------------------
+def _cli(argv: list[str], limit_kb: int | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`aft-bench ARGV` in its own process (under `ulimit -v LIMIT_KB` when given): its stderr as a terminal sees it."""
+    cmd = [sys.executable, "-m", "aft_bench.cli", *argv]
+    if limit_kb is not None:
+        cmd = ["bash", "-c", f'ulimit -v {limit_kb} && exec "$@"', "bash", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_analyze_under_a_500_mb_address_space_limit_says_memory_is_short(smoke_results: Path, tmp_path: Path) -> None:
+    """Under `ulimit -v 500000` analyze spun in scipy's OpenBLAS (its buffer allocation retried forever) or, before
+    that, said 'internal error: MemoryError': now one line that memory is short, exit 1, at once, nothing written."""
+    d = tmp_path / "results"
+    shutil.copytree(smoke_results, d, ignore=shutil.ignore_patterns(".runner.lock"))
+    before = _snapshot(tmp_path)
+    t0 = time.monotonic()
+    proc = _cli(["analyze", str(d), "--resamples", "50", "--permutations", "50"], limit_kb=500_000, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-800:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(lines) == 1 and lines[0].startswith("aft-bench: error: memory is short"), lines
+    assert "limit" in lines[0] and "ulimit -v" in lines[0], lines[0]
+    assert time.monotonic() - t0 < 60
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_note_never_precedes_the_failure_it_comes_with(tmp_path: Path) -> None:
+    """A run whose provider is down (an llm agent at a closed port), with --workers far above the cap: the lines
+    saying what failed come first, the note on --workers after them."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the run starts: connections are refused
+    cfg = tmp_path / "closed.toml"
+    cfg.write_text('[experiment]\nid = "closed"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n'
+                   '[[experiment.agents]]\nname = "llm"\nmodel = "openai/fake-capability"\n'
+                   f'api_base = "http://127.0.0.1:{port}/v1"\nretries = 0\ntimeout_s = 5\n')
+    proc = _cli(["run", str(cfg), "--out", str(tmp_path / "out"), "--workers", "64", "--worlds", str(WORLDS)])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, proc.stderr[-800:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    notes = [i for i, ln in enumerate(lines) if ln.startswith("aft-bench: note:")]
+    said = [i for i, ln in enumerate(lines) if not ln.startswith("aft-bench: note:")]
+    assert notes and said, lines
+    assert max(said) < min(notes), lines  # no note stands before (or between) the lines saying what failed
+    assert lines[0].startswith("aft-bench: run ") and "failed" in lines[0], lines

@@ -246,3 +246,77 @@ def test_a_frozen_tool_list_under_the_dynamic_form_is_named_and_a_relisting_clie
     _, base = _matrix(tmp_path / "r", FROZEN)
     assert main([*base, f"{sys.executable} {tmp_path / 'r' / 'client.py'} relist"]) == 0
     assert "--discovery-form facade" not in capsys.readouterr().out
+
+
+def test_a_second_client_on_the_sessionless_wire_is_refused_when_its_requests_name_it(tmp_path: Path) -> None:
+    """2026-07-28 has no sessions, but each request may carry its client's identity: a second client that names
+    itself is refused, not folded into the first one's episode under the first one's name."""
+    from mcp.types import Implementation
+
+    port = free_port()
+    proc = _serve(tmp_path, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def two():
+        async with Client(url, client_info=Implementation(name="first", version="1")) as a:
+            await a.list_tools()
+            refused = None
+            try:
+                async with Client(url, client_info=Implementation(name="second", version="1")) as b:
+                    await b.call_tool("report_outcome", {"action": "finish", "claim": "success"})
+            except BaseException as exc:  # noqa: BLE001 - the SDK raises the MCP error inside a task group
+                refused = repr(exc)
+            await a.call_tool("report_outcome", {"action": "abort", "claim": "failure"})
+        return refused
+
+    try:
+        assert wait_for_port(port, 10.0, alive=lambda: proc.poll() is None)
+        refused = asyncio.run(two())
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert refused is not None and "another session owns it" in refused
+    df = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    assert len(df) == 1 and df.iloc[0]["terminal_action"] == "abort"  # the first client's episode, its report
+
+
+SLEEPER = """
+import asyncio, os, sys
+from mcp import Client
+
+async def main():
+    async with Client(os.environ["AFT_BENCH_MCP_URL"], mode="legacy") as c:
+        await c.list_tools()
+        with open(sys.argv[1], "w") as f:
+            f.write(str(os.getpid()))
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_serve_matrix_takes_its_server_and_client_with_it(tmp_path: Path, capsys) -> None:
+    """SIGKILL gives serve-matrix no chance to clean up: its server (told to abandon the episode) and its client
+    die with it, so the folder's lock is free and a rerun plays the tuple; nothing half-played is recorded."""
+    import psutil
+
+    out, base = _matrix(tmp_path, SLEEPER)
+    marker = tmp_path / "client.pid"
+    proc = subprocess.Popen([EXE, *base[:-1], "--client-cmd", f"{sys.executable} {tmp_path / 'client.py'} {marker}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the client never connected"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 2 and int(marker.read_text()) in {c.pid for c in children}
+    finally:
+        proc.kill()
+        proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert alive == [], [p.cmdline() for p in alive]
+    assert read_rows(out / "journal.jsonl") == [] and len(list((out / "quarantine").rglob("*.jsonl"))) == 1
+    (tmp_path / "client.py").write_text(FAILS_AFTER_CLOSING)
+    assert main([*base, f"{sys.executable} {tmp_path / 'client.py'} 0"]) == 0  # the lock is free
+    assert "1 recorded, 0 pending" in capsys.readouterr().out

@@ -211,6 +211,11 @@ def _conversation_brief(messages: list[dict[str, Any]]) -> tuple[str, str, str] 
     return None
 
 
+def policy_of(model: str) -> str:
+    """The policy a model name selects: `fake-<policy>` after any provider prefix (`openai/fake-capability`)."""
+    return model.rsplit("/", 1)[-1].removeprefix("fake-")
+
+
 @dataclass
 class FakeModel:
     """The policies over a task index; `respond` maps one chat-completions request to its reply body."""
@@ -258,7 +263,7 @@ class FakeModel:
         return None
 
     def respond(self, request: dict[str, Any]) -> dict[str, Any]:
-        policy = self.policy or str(request.get("model", "")).rsplit("/", 1)[-1].removeprefix("fake-")
+        policy = self.policy or policy_of(str(request.get("model", "")))
         if policy not in POLICIES:
             raise ValueError(f"unknown fake model policy {policy!r}; known: {', '.join(POLICIES)}")
         messages = request["messages"]
@@ -449,7 +454,7 @@ def _log(body: bytes, reply: dict[str, Any]) -> None:
         return
     try:
         request: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: logged as text
         request = body.decode(errors="replace")
     with _LOG_LOCK, open(path, "a", encoding="utf-8") as f:
         f.write(redact_json(canonical_json({"request": request, "reply": reply})) + "\n")
@@ -466,6 +471,50 @@ def _without_guards(call: Call) -> Call:
 
 
 CHAT_PATH = "/chat/completions"
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a request body larger than this is refused (413), never read into memory
+MAX_BODY_DEPTH = 128  # nesting of a request body (a chat request with tool schemas uses well under 20 levels)
+
+
+class BadRequest(ValueError):
+    """A request the server refuses with `status` (400, or 413 when too large) and this message, naming the
+    header or the body's problem."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def body_length(value: str | None) -> int:
+    """The request's Content-Length (0 when absent); BadRequest naming the header when it is not a whole number
+    of bytes or exceeds MAX_BODY_BYTES."""
+    if value is None:
+        return 0
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise BadRequest(f"header 'Content-Length' must be a whole number of bytes (got {value[:40]!r})")
+    if int(text) > MAX_BODY_BYTES:
+        raise BadRequest(f"header 'Content-Length' is {text[:40]} bytes; this server takes at most {MAX_BODY_BYTES}",
+                         413)
+    return int(text)
+
+
+def parse_body(body: bytes) -> Any:
+    """The request body as JSON; ValueError when it is not JSON, BadRequest when it is nested deeper than
+    MAX_BODY_DEPTH (checked iteratively: deep nesting never reaches a recursive function)."""
+    try:
+        request = json.loads(body)
+    except RecursionError:
+        raise BadRequest(f"the request body is nested more than {MAX_BODY_DEPTH} levels deep") from None
+    stack: list[tuple[Any, int]] = [(request, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_BODY_DEPTH:
+            raise BadRequest(f"the request body is nested more than {MAX_BODY_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return request
 
 
 def unsupported(path: str, request: Any) -> tuple[int, str] | None:
@@ -529,7 +578,13 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
         disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stall
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server interface
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            try:
+                length = body_length(self.headers.get("Content-Length"))
+            except BadRequest as exc:  # the body's end is unknown: answer, then close the connection
+                self.close_connection = True
+                self._send(exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+                return
+            body = self.rfile.read(length)
             if not model.admit(body):
                 self._send(429, {"error": {"message": "rate limit: too many requests in flight",
                                            "type": "rate_limit_error"}},
@@ -554,7 +609,7 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
                 self._send(int(fail), {"error": {"message": "injected failure", "type": "server_error"}})
                 return
             try:
-                request = json.loads(body)
+                request = parse_body(body)
                 refused = unsupported(self.path, request)
                 if refused is not None:
                     status, message = refused
@@ -564,7 +619,8 @@ def serve(model: FakeModel, host: str = "127.0.0.1", port: int = 0) -> Threading
                     return
                 reply = model.respond(request)
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-                error = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "invalid_request_error"}}
+                said = str(exc) if isinstance(exc, BadRequest) else f"{type(exc).__name__}: {exc}"
+                error = {"error": {"message": said, "type": "invalid_request_error"}}
                 _log(body, error)
                 self._send(400, error)
                 return

@@ -161,6 +161,28 @@ TRANSIENT = ("CallDeadline", "RateLimitError", "Timeout", "APIConnectionError", 
              "BadGatewayError", "APIError")
 
 
+def _unreachable(failure: BaseException, base: str | None) -> str | None:
+    """'connection refused at HOST:PORT' (or 'no such host: HOST') when the provider was never reached: the
+    error's chain of causes, or its text, holds the socket's refusal or a failed name lookup."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = failure
+    while seen is not None and len(chain) < 12:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
+    from urllib.parse import urlsplit
+
+    where = urlsplit(base or "")
+    host = where.hostname or "the provider"
+    port = where.port or (443 if where.scheme == "https" else 80)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "Connection refused" in text \
+            or "ConnectionRefusedError" in text:
+        return f"connection refused at {host}:{port}"
+    if "Name or service not known" in text or "nodename nor servname" in text or "getaddrinfo failed" in text:
+        return f"no such host: {host}"
+    return None
+
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -473,6 +495,10 @@ class LLMAgent:
             status = _field(failure, "status_code")
             if kind not in TRANSIENT or attempt >= self.params.retries:
                 said = _provider_message(failure) if kind not in TRANSIENT else ""
+                unreachable = _unreachable(failure, base)
+                if unreachable:  # litellm reports a refused connection as a provider's 500: say what happened
+                    raise ProviderError(f"{unreachable} after {attempt + 1} attempt(s) on {self.params.model} "
+                                        f"({kind})") from None
                 raise ProviderError(f"{kind} (status {status}) after {attempt + 1} attempt(s) "
                                     f"on {self.params.model}{said}") from None
             attempt += 1

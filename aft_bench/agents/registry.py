@@ -41,6 +41,19 @@ class AgentKind:
     deployment_problem: Callable[[Any, str, str | None, bool], str | None] | None = None  # checked per cell at load
 
 
+def _llm_preflight(params: llm.Params) -> str | None:
+    """The llm agent's own preflight, then the embedded offline model's: it answers only the model names of its
+    policies (`fake-<policy>`), so any other name would fail every tuple at its first call."""
+    problem = llm.preflight(params)
+    if problem is None and params.api_base == llm.OFFLINE:
+        from aft_bench.agents.fake_llm import POLICIES, policy_of
+
+        if policy_of(params.model) not in POLICIES:
+            return (f"the offline model (api_base 'offline') has no policy {policy_of(params.model)!r} for model "
+                    f"{params.model!r}; known policies: {', '.join(POLICIES)} (model 'openai/fake-<policy>')")
+    return problem
+
+
 AGENTS: dict[str, AgentKind] = {
     "deterministic": AgentKind(
         "deterministic", "capability-aware controller: follows the task's plan with what the surface exposes",
@@ -58,7 +71,7 @@ AGENTS: dict[str, AgentKind] = {
     "llm": AgentKind(
         "llm", "a litellm model: tools as function schemas, report_outcome ends the episode",
         llm.Params, lambda params, _script: llm.LLMAgent(params), "interface", concurrent=True,
-        preflight=llm.preflight),
+        preflight=_llm_preflight),
 }
 
 

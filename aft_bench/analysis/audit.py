@@ -20,7 +20,8 @@ import pandas as pd
 from aft_bench.analysis.table import problems as table_problems
 from aft_bench.analysis.table import with_late_columns
 from aft_bench.common.errors import EvidenceError, HarnessError, InputError, TraceIntegrityError
-from aft_bench.common.files import read_json, refuse_special
+from aft_bench.common.files import read_json, read_text, refuse_special
+from aft_bench.common.memory import ensure_arrow_room
 from aft_bench.common.paths import WORLDS
 from aft_bench.episode.row import SCHEMA, label_columns
 from aft_bench.experiment.config import Cell
@@ -73,6 +74,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
     if not (d / "manifest.json").exists():
         raise InputError(d, "<dir>", str(d), "not an aft-bench results folder (no manifest.json)")
     refuse_special(d)  # a FIFO where a journal or trace should be: refused, never read (it would block)
+    text = None if manuscript is None else _manuscript_text(manuscript)  # refused before any check runs
     checks: list[Check] = []
 
     def run(name: str, fn: Callable[[], str]) -> None:
@@ -97,6 +99,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
         return f"{len(rows)} verified rows, no duplicates"
 
     def model_ok() -> str:
+        ensure_arrow_room(f"reading {d / 'results.parquet'}")  # under `ulimit -v`: MemoryError, never a hang
         df = with_late_columns(pd.read_parquet(d / "results.parquet"))
         state["df"] = df
         found = table_problems(df)
@@ -166,7 +169,7 @@ def audit(d: Path, manuscript: Path | None = None) -> list[Check]:
     if "df" in state and (state["df"]["backend"] == "sqlite").any():
         run("SQLite databases", lambda: _databases(d, state["df"]))
     if manuscript is not None:
-        run("manuscript numbers", lambda: _manuscript(d, manuscript))
+        run("manuscript numbers", lambda: _manuscript(d, manuscript, text or ""))
     return checks
 
 
@@ -244,8 +247,16 @@ def _rounded(value: float, written: str) -> str:
     return str(Decimal(repr(value)).quantize(q, rounding=ROUND_HALF_EVEN))
 
 
-def _manuscript(d: Path, path: Path) -> str:
-    text = path.read_text(encoding="utf-8")
+def _manuscript_text(path: Path) -> str:
+    """The manuscript given with --manuscript, as UTF-8 text; missing, a folder, unreadable or not text is bad
+    input naming the file and the flag (exit 2), never a failed check after every other check ran."""
+    try:
+        return read_text(path)
+    except InputError as exc:
+        raise InputError(path, "--manuscript", exc.value, exc.problem) from None
+
+
+def _manuscript(d: Path, path: Path, text: str) -> str:
     links = LINK.findall(text)
     assert links, f"{path} links no number to the analysis (use [0.50](aft:primary/<comparison>/<field>))"
     tables: dict[str, list[dict[str, Any]]] = {}

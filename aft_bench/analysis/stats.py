@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from aft_bench.common.memory import ensure_scipy_room
+
 Alternative = Literal["two-sided", "greater", "less"]
 EXACT_LIMIT = 20  # never enumerate more than 2^20 sign vectors
 _TOL = 1e-9  # relative tolerance when comparing resampled statistics with the observed one
@@ -157,6 +159,7 @@ def clopper_pearson_upper(events: int, n: int, level: float = 0.95) -> float:
 def _beta_ppf() -> Any:
     """The beta quantile: the ufunc `scipy.stats.beta.ppf` itself calls (0.2 s to import where scipy.stats takes
     0.7 s; tests/test_stats.py holds them equal), or `beta.ppf` where a scipy lacks it."""
+    ensure_scipy_room()  # under `ulimit -v` too small for scipy's OpenBLAS: MemoryError, not a load that spins
     try:
         from scipy.special._ufuncs import _beta_ppf
 

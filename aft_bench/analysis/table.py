@@ -17,6 +17,7 @@ import pandas as pd
 
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json
+from aft_bench.common.memory import ensure_arrow_room
 from aft_bench.episode.row import LATE_COLUMNS, SCHEMA
 
 KEY_COLUMNS = [c.name for c in SCHEMA.values() if c.group == "key" and c.name != "run_id"]
@@ -151,6 +152,7 @@ def read_results(directory: Path) -> pd.DataFrame:
     path = directory / "results.parquet"
     if not path.exists():
         raise InputError(path, "<file>", str(path), "no results here (run `aft-bench run` first)")
+    ensure_arrow_room(f"reading {path}")  # under `ulimit -v`: MemoryError, not a reader that waits forever
     try:
         df = with_late_columns(pd.read_parquet(path))
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError

@@ -13,6 +13,7 @@ from typing import Any
 
 from aft_bench import __version__
 from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, number
+from aft_bench.common import memory
 from aft_bench.common.errors import CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError
 from aft_bench.common.files import input_dir
 from aft_bench.common.paths import WORLDS
@@ -170,14 +171,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{len(rows)} runs in {wall:.1f} s ({len(rows) / max(wall, 1e-9):.0f} runs/s); "
           f"faults fired in {sum(fired)}/{len(fired)} faulted runs")
     print(f"results: {out / 'results.parquet'}  traces: {out / 'traces'}  manifest: {out / 'manifest.json'}")
-    if note:
-        print(note, file=sys.stderr)
     if missing:
         _say_failure(out, {str(r["run_id"]) for r in rows})
         print(f"aft-bench: {missing} tuples failed and stay pending (see {out / 'failures.jsonl'}); "
               f"rerun the same command to resume", file=sys.stderr)
-        return 1
-    return 0
+    if note:  # after the failure lines, never before them: the first line a failed run prints says what failed
+        print(note, file=sys.stderr)
+    return 1 if missing else 0
 
 
 def _say_failure(out: Path, recorded: set[str]) -> None:
@@ -483,11 +483,56 @@ def _log_warning(message: Warning | str, category: type[Warning], filename: str,
         pass  # a warning is not worth an error
 
 
+_KNOWN = (InputError, TraceIntegrityError, OutputError, EvidenceError, CeilingReached, OSError, KeyboardInterrupt,
+          MemoryError)
+
+
+def _call(args: argparse.Namespace) -> int:
+    """The command, with an error raised inside a task group (anyio's, asyncio's) taken out of its group: the
+    group's first error the contract knows, else its only one, so that it gets its own one line and exit code."""
+    try:
+        return int(args.func(args))
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        known = [e for e in leaves if isinstance(e, _KNOWN)]
+        if known or len(leaves) == 1:
+            raise (known or leaves)[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup) -> Any:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def _unnamed_file() -> str:
+    """What to name when the system named no file: the working folder if it was deleted under the command."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the working folder (deleted while the command ran)"
+    return "?"
+
+
+def _say_memory_short(exc: BaseException) -> None:
+    """One line saying memory is short; its module is imported with this one, as nothing may be imported once
+    memory is short."""
+    try:
+        said = _one_line(memory.describe(exc))
+    except MemoryError:
+        said = "memory is short: an allocation failed; raise the limit (ulimit -v) or free memory"
+    print(f"aft-bench: error: {said}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. The error contract: bad input exits 2, an output or integrity problem exits 1, each
     with one line naming the file, field or flag; anything unforeseen exits 1 with one line and a log path."""
     import warnings
 
+    memory.under_limit()  # under `ulimit -v`: allocators that reserve only what they use
     warnings.showwarning = _log_warning
     try:
         args = build_parser().parse_args(argv)
@@ -495,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return int(args.func(args))
+        return _call(args)
     except InputError as exc:
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -509,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141  # as a process ended by SIGPIPE
     except OSError as exc:  # a file-system problem no command anticipated: name the file, no traceback
-        where = exc.filename if exc.filename is not None else "?"
+        where = exc.filename if exc.filename is not None else _unnamed_file()
         print(f"aft-bench: error: {where}: {_one_line(exc.strerror or str(exc))}", file=sys.stderr)
         return 1
     except CeilingReached as exc:
@@ -518,7 +563,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aft-bench: interrupted; everything recorded before this point is intact", file=sys.stderr)
         return 130
+    except MemoryError as exc:  # an allocation failed: said as such (with the limit), not as an internal error
+        _say_memory_short(exc)
+        return 1
     except Exception as exc:  # noqa: BLE001 - the last resort: one line and a log, never a traceback
+        if memory.failed_load(exc):  # a compiled module the loader could not map under an address-space limit
+            _say_memory_short(exc)
+            return 1
         log = _crash_log(exc)
         print(f"aft-bench: internal error: {type(exc).__name__}: {_one_line(str(exc), 300)}; full log: {log}",
               file=sys.stderr)

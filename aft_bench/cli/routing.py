@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aft_bench.cli.flags import integer, number
 from aft_bench.common.errors import InputError
 
 SUITES = ("lite", "l2", "l3", "l3h", "l3x", "l3y")
@@ -65,9 +66,9 @@ def cmd_route_suites(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog_import(args: argparse.Namespace) -> int:
-    from aft_bench.routing.imported import import_mcp, save_catalog
+    from aft_bench.routing.imported import IMPORT_TIMEOUT_S, import_mcp, save_catalog
 
-    cat = import_mcp(args.cmd, args.url)
+    cat = import_mcp(args.cmd, args.url, IMPORT_TIMEOUT_S if args.timeout is None else args.timeout)
     save_catalog(cat, Path(args.out))
     skipped = json.loads(cat.source.get("skipped", "[]"))
     print(f"{len(cat.tools)} tools from {cat.source.get('server')} written to {args.out}, all pending review"
@@ -76,10 +77,20 @@ def cmd_catalog_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disjoint(*flags: tuple[str, list[str]]) -> None:
+    """A tool named under two of review's flags is a contradiction, refused before the catalog is read (else
+    the first flag in review's order silently wins)."""
+    for i, (flag, names) in enumerate(flags):
+        for other, other_names in flags[i + 1:]:
+            if both := [n for n in names if n in other_names]:
+                raise InputError(flag, other, both[0], f"named under both {flag} and {other}; a tool takes one state")
+
+
 def cmd_catalog_review(args: argparse.Namespace) -> int:
     from aft_bench.routing.imported import load_catalog, review, save_catalog
 
     path = Path(args.file)
+    _disjoint(("--approve", args.approve), ("--block", args.block), ("--pin", args.pin))
     cat = review(load_catalog(path), path, args.approve, args.block, args.pin, args.effect)
     save_catalog(cat, path)
     counts: dict[str, int] = {}
@@ -120,6 +131,9 @@ def add_parsers(sub: Any, catalog: argparse.ArgumentParser) -> None:
     im.add_argument("--cmd", help="server command (stdio)")
     im.add_argument("--url", help="server URL (streamable HTTP)")
     im.add_argument("--out", required=True, help="catalog file (JSON)")
+    im.add_argument("--timeout", type=number(0, 86400, lo_open=True), default=None,
+                    help="seconds the server has to start and list its tools (default 60; a server with many "
+                    "thousands of tools may need more)")
     im.set_defaults(func=cmd_catalog_import)
     rv = csub.add_parser("review", help="approve, block or pin tools of a catalog file")
     rv.add_argument("file")
@@ -132,5 +146,5 @@ def add_parsers(sub: Any, catalog: argparse.ArgumentParser) -> None:
     rz.add_argument("file")
     rz.add_argument("task")
     rz.add_argument("--profile", default="default")
-    rz.add_argument("--k", type=int, default=3)
+    rz.add_argument("--k", type=integer(1, 10_000), default=3, help="at most this many tools in the session")
     rz.set_defaults(func=cmd_catalog_resolve)

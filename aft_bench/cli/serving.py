@@ -29,6 +29,7 @@ FROZE_HINT = ("hint: the client listed its tools, was told the list changed, nev
               "business call: it may fix its tool list when it starts (LangGraph's and LlamaIndex's agents do); "
               "serve it with --discovery-form facade")
 TAIL_LINES = 12
+ABANDON_WITH_PARENT = "AFT_BENCH_ABANDON_WITH_PARENT"  # set by serve-matrix for the servers it starts
 STOP_WAIT_S = 30.0
 
 
@@ -46,6 +47,10 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
     from aft_bench.serving.record import ServedDirectory
     from aft_bench.serving.server import Served, Target, build_server, task_text
 
+    if os.environ.get(ABANDON_WITH_PARENT):  # started by serve-matrix: its death (even SIGKILL) abandons the episode
+        from aft_bench.common.lifetime import die_with_parent
+
+        die_with_parent(signal.SIGUSR1)
     target = Target(args.workload, args.task, args.condition, args.fault, args.seed, args.backend, args.catalog_size)
     if args.show_task:
         print(task_text(target, worlds))
@@ -80,6 +85,8 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
                       flush=True)
             if served.froze_its_list():
                 print(f"aft-bench: {FROZE_HINT}", file=sys.stderr, flush=True)
+            if served.output_error is not None:
+                raise served.output_error
 
     anyio.run(serve)
     return 0
@@ -160,6 +167,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     from aft_bench.serving.record import ServedDirectory
     from aft_bench.serving.server import Served, Target
 
+    command = _client_command(args.client_cmd, args.shell)  # before anything is created
     matrix = load_matrix(args.config, worlds, served=True)
     flags = _agent_options(args)
     configured = [{k: v for k, v in AgentSpec.parse(c.agent_spec).params.items() if (k, v) != ("agent", "unknown")}
@@ -173,7 +181,6 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
         pass
     logs = out / "logs"
     exe = str(Path(sys.executable).with_name("aft-bench"))
-    command = args.client_cmd if args.shell else shlex.split(args.client_cmd)
     total = len(tuples) * len(agents)
     recorded_rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]  # before this run
     recorded = skipped = pending = froze = 0
@@ -212,6 +219,21 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     return 1 if pending else 0
 
 
+def _client_command(text: str, shell: bool) -> str | list[str]:
+    """`--client-cmd` as it will be run: a shell line, or split into words (an empty or unbalanced one is refused)."""
+    if shell:
+        if not text.strip():
+            raise InputError("--client-cmd", "--client-cmd", text, "is empty: give the command that runs the client")
+        return text
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:  # an unbalanced quote
+        raise InputError("--client-cmd", "--client-cmd", text, f"cannot be split into words ({exc})") from None
+    if not words:
+        raise InputError("--client-cmd", "--client-cmd", text, "is empty: give the command that runs the client")
+    return words
+
+
 def _frozen(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
@@ -230,7 +252,8 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
         ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else [])
     server_log, client_log = stem.with_suffix(".server.log"), stem.with_suffix(".client.log")
     slog = RedactedLog(server_log)  # an agent or a server that prints a key: the key stops at the log
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog.fd, text=True)
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog.fd, text=True,
+                              env={**os.environ, ABANDON_WITH_PARENT: "1"})
     slog.handed()
     client_rc: int | None = None
     why = ""
@@ -241,7 +264,10 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
                              "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
         env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
         clog = RedactedLog(client_log)
-        client = subprocess.Popen(command, env=env, shell=args.shell, stdout=clog.fd, stderr=subprocess.STDOUT)
+        # through the lifetime launcher: the client gets SIGTERM if serve-matrix dies (SIGKILL included)
+        words = ["/bin/sh", "-c", command] if args.shell else list(command)
+        client = subprocess.Popen([sys.executable, "-m", "aft_bench.common.lifetime", *words], env=env,
+                                  stdout=clog.fd, stderr=subprocess.STDOUT)
         clog.handed()
         try:
             client_rc = client.wait(timeout=args.timeout)

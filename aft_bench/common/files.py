@@ -62,13 +62,30 @@ def refuse_special(folder: Path, subfolders: tuple[str, ...] = ("traces", "db"))
                 raise InputError(entry.path, "<file>", entry.name, f"is {kind}, not a file aft-bench wrote")
 
 
+READ_CHUNK = 1024 * 1024
+
+
+def _read_up_to(fh: Any, n: int) -> bytes:
+    """At most `n` bytes of `fh`, read a chunk at a time: `fh.read(n)` allocates all `n` bytes up front, so every
+    small manifest would reserve the whole size limit (a MemoryError under an address-space limit)."""
+    chunks: list[bytes] = []
+    left = n
+    while left > 0:
+        chunk = fh.read(min(READ_CHUNK, left))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     """The file's bytes; any OS problem or a file over `limit` bytes is an InputError naming it."""
     if (kind := special_file(path)) is not None:
         raise InputError(path, "<file>", str(path), f"is {kind}, not a file")
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+            data = _read_up_to(fh, limit + 1)
     except OSError as exc:
         raise InputError(path, "<file>", str(path), _os_problem(exc)) from None
     if len(data) > limit:
@@ -132,11 +149,18 @@ def write_atomic(path: Path, text: str) -> None:
     """Write evidence `text` to `path`, redacted and atomically: a temp file beside it, fsync'd, then renamed over
     `path`, so a crash leaves the old file or the new one, never half of either (`*.tmp` is a leftover to heal)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(redact(text))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(redact(text))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk names no file: this one is the file that could not be written
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputError(path, exc) from None
 
 
 def write_folder(final: Path, fill: Callable[[Path], None]) -> None:

@@ -37,7 +37,7 @@ def listen(host: str, port: int) -> socket.socket:
     `--host` (exit 2), a port in use an OSError naming `--port` (exit 1)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
+    except (socket.gaierror, UnicodeError):  # UnicodeError: a name the IDNA codec refuses (`not..a..host`)
         raise InputError("--host", "--host", host, "not a host name or address this machine can listen on") from None
     family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)

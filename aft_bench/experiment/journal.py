@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import EvidenceError, InputError
+from aft_bench.common.files import read_bytes
 from aft_bench.common.secrets import redact_json
 from aft_bench.episode.row import row_problems, with_late_columns
 from aft_bench.experiment.config import Cell
@@ -54,7 +55,7 @@ def read_rows(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     """Every verified row. A bad final line is a torn write: cut off if `repair`, else ignored."""
     if not path.exists():
         return []
-    raw = path.read_bytes()
+    raw = read_bytes(path)  # bounded: an endless file (a link to /dev/zero) is an InputError naming it
     lines = raw.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
     rows: list[dict[str, Any]] = []
@@ -164,10 +165,21 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of an append-only log (failures, sessions). Read through the bounded reader, so an endless or
+    oversized file is an InputError naming it; a complete line that is not UTF-8 text is one too (a binary file
+    where the log should be); the last, unterminated line may be torn mid-character and is skipped if so."""
     if not path.exists():
         return []
+    lines = read_bytes(path).split(b"\n")
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for i, raw in enumerate(lines):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if i == len(lines) - 1:
+                continue  # a torn last record, cut inside a character
+            raise InputError(path, f"line {i + 1}", f"byte {exc.start}", "not UTF-8 text: not a log aft-bench "
+                             "wrote (damaged or replaced?)") from None
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

