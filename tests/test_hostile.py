@@ -333,7 +333,8 @@ def test_import_mcp_gives_up_on_a_silent_server_and_stores_no_secret(tmp_path: P
     out = tmp_path / "cat.json"  # a real server: its source is stored with the planted key redacted
     serve = (f"{EXE} serve --workload response_loss --task rl-01-o1 --condition I5-discovery --out "
              f"{tmp_path / 's'} --worlds {WORLDS} --agent canary-0123456789")
-    assert main(["catalog", "import-mcp", "--cmd", serve, "--out", str(out)]) == 0
+    # its own deadline, not the 2 s patched in above for the silent one (a server's start takes longer when busy)
+    assert main(["catalog", "import-mcp", "--cmd", serve, "--out", str(out), "--timeout", "300"]) == 0
     assert "canary-0123456789" not in out.read_text() and "[redacted]" in out.read_text()
 
 
