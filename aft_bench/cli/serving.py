@@ -74,12 +74,8 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
                 await _serve_stdio(served, server)
             else:
                 await _serve_http(served, server, sock, target)
-            if served.abandoned and served.row is None:
-                announced = served.why_abandoned is not None  # abandoned for its own reason, already said
+            if served.abandoned and served.row is None:  # SIGUSR1: serve-matrix's word (said once, if not yet)
                 await served.abandon("the client failed (serve-matrix's word)")
-                if not announced:
-                    print(f"aft-bench: episode abandoned: {served.why_abandoned}; nothing recorded, its partial "
-                          f"trace is in quarantine/", file=sys.stderr, flush=True)
             elif served.row is not None:
                 print(f"aft-bench: episode recorded as run {served.row['run_id']} in {args.out}", file=sys.stderr,
                       flush=True)

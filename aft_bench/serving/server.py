@@ -191,10 +191,8 @@ class Served:
         elif owner.key != self.owner.key or self._another_client(owner, client):
             self.outsiders += 1
             why = self.client_failure()
-            if why and self.owner_ended and not self.abandoned and self.row is None:
+            if why and self.owner_ended:
                 await self.abandon(why)
-                print(f"aft-bench: episode abandoned: {why}; nothing recorded, its partial trace is in quarantine/",
-                      file=sys.stderr, flush=True)
             raise Refused("this server plays one episode, and another session owns it; start another server "
                           "for another episode (serve-matrix starts one per tuple)" + (
                               f". The episode was abandoned: {why}" if why else ""))
@@ -281,21 +279,25 @@ class Served:
 
     async def abandon(self, why: str = "the client failed") -> None:
         """Record nothing: the client failed (serve-matrix says so, or `client_failure`); the partial trace, or the
-        whole one of an episode that ended but was not recorded, goes to quarantine."""
+        whole one of an episode that ended but was not recorded, goes to quarantine. Said once, in one line."""
         if self.row is not None or self.why_abandoned is not None:  # recorded, or already abandoned
             return
         self.abandoned = True  # (a signal handler may have set it already: the rest is still to do)
         self.why_abandoned = why
-        if self.episode is None:
-            return
-        if not self.episode.done():
-            self.episode.cancel()
-            try:
-                await self.episode
-            except asyncio.CancelledError:
-                pass
-        if self.directory is not None and self.run_id is not None:
-            self.directory.quarantine(self.run_id)
+        if self.episode is not None:
+            if not self.episode.done():
+                self.episode.cancel()
+                try:
+                    await self.episode
+                except asyncio.CancelledError:
+                    pass
+            if self.directory is not None and self.run_id is not None:
+                self.directory.quarantine(self.run_id)
+        try:  # said after the trace is safe: the reader of stderr may be gone (serve-matrix killed)
+            print(f"aft-bench: episode abandoned: {why}; nothing recorded, its partial trace is in quarantine/",
+                  file=sys.stderr, flush=True)
+        except OSError:
+            pass
 
     # -- what the client sees ---------------------------------------------------------------------------
     def tools(self) -> list[Any]:
@@ -560,10 +562,7 @@ def http_app(served: Served, server: Any, host: str) -> Any:
                 if served.row is not None:
                     print(f"aft-bench: episode recorded as run {served.row['run_id']} (session ended)",
                           file=sys.stderr, flush=True)
-                elif served.abandoned:
-                    print(f"aft-bench: episode abandoned: {served.why_abandoned}; nothing recorded, its partial "
-                          f"trace is in quarantine/", file=sys.stderr, flush=True)
-                elif served.record_at == "session-end":  # a session without a tool call: wait for what comes
+                elif not served.abandoned and served.record_at == "session-end":  # (an abandon says so itself)  # a session without a tool call: wait for what comes
                     print("aft-bench: the session that owned the episode ended without a tool call; the episode is "
                           "recorded when the server stops, unless the client goes on in another session",
                           file=sys.stderr, flush=True)
