@@ -19,6 +19,26 @@ $(STAMP): pyproject.toml Makefile
 		echo "supply chain: litellm_init.pth found in $(VENV); refusing this install" >&2; exit 1; fi
 	touch $(STAMP)
 
+## worlds: the real MCP servers the external worlds start (worlds/servers/): each pinned Python server in its own
+## venv under .worlds/<package>-<version>, the npm servers from their lock file into .worlds/node (Node from Debian
+## where missing); no network at episode time
+WORLDS_DIR   := .worlds
+WORLDS_STAMP := $(WORLDS_DIR)/.installed
+.PHONY: worlds
+worlds: $(WORLDS_STAMP)
+$(WORLDS_STAMP): worlds/servers/python.txt worlds/servers/package.json worlds/servers/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
+	@command -v git >/dev/null || { apt-get update -qq && apt-get install -y -qq git >/dev/null; }
+	mkdir -p $(WORLDS_DIR)/node
+	@grep -v '^#' worlds/servers/python.txt | grep . | while read -r pins; do \
+		dir=$(WORLDS_DIR)/$$(echo $$pins | cut -d' ' -f1 | sed 's/==/-/'); \
+		[ -x $$dir/bin/python ] || $(PYTHON) -m venv $$dir || exit 1; \
+		$$dir/bin/python -m pip install --quiet $$pins || exit 1; \
+	done
+	cp worlds/servers/package.json worlds/servers/package-lock.json $(WORLDS_DIR)/node/
+	cd $(WORLDS_DIR)/node && npm ci --silent --no-audit --no-fund
+	touch $(WORLDS_STAMP)
+
 STAMP_TIME := $(shell date +%Y%m%d-%H%M%S)
 RUN_DIR := results/paper_deterministic-$(STAMP_TIME)
 SQL_DIR := results/sqlite_replication-$(STAMP_TIME)
@@ -42,7 +62,7 @@ reproduce: $(STAMP)
 ## test: set up and run the test suite
 # the suite on both cores (pytest-xdist): 2.9-4.2 min here (the machine's speed moves) against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
 PYTEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) $(WORLDS_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 ## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml;

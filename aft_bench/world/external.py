@@ -1,0 +1,185 @@
+"""External worlds: a real MCP server over stdio, its resource, and how its real state is read, as data.
+
+`worlds/<name>/world.toml` with `kind = "mcp_stdio"` names the pinned server and its command, the fixture that
+prepares a fresh resource (a folder) per episode, the probe that reads that resource's state without the server,
+the foreign write that stands for another writer (stale state), and a person's effect overlay per tool. The
+overlay is checked against the server's live `tools/list` (`check_tools`). Knows nothing of faults, interfaces
+or agents.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aft_bench.common.canonical import digest
+from aft_bench.common.datafile import read_toml, validate
+from aft_bench.common.errors import FieldProblem, InputError
+from aft_bench.common.paths import ROOT
+
+WORKSPACE = "/workspace"  # the resource folder as agents see it: the gateway maps it to the episode's real folder
+SERVERS_ENV = "AFT_BENCH_SERVERS"  # where `make worlds` installed the pinned servers (default: .worlds/)
+
+
+def servers_dir() -> Path:
+    return Path(os.environ.get(SERVERS_ENV) or ROOT / ".worlds")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Server(_Strict):
+    """The pinned server: its package and version (recorded with every result), and how to start it. In
+    `command`, `env` and `cwd`, `{root}` is the episode's resource folder and `{servers}` the installed servers."""
+
+    package: str
+    version: str
+    command: tuple[str, ...] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    start_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    call_timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    def argv(self, root: Path) -> list[str]:
+        return [expand(a, root, self.version) for a in self.command]
+
+    def environment(self, root: Path) -> dict[str, str]:
+        return {k: expand(v, root, self.version) for k, v in self.env.items()}
+
+
+class Fixture(_Strict):
+    """A fresh resource: files written (relative paths, text), then commands run in the folder, in order."""
+
+    files: dict[str, str] = Field(default_factory=dict)
+    commands: tuple[tuple[str, ...], ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)  # for the commands, and the server's environment too
+
+    @model_validator(mode="after")
+    def _inside(self) -> Fixture:
+        for rel in self.files:
+            p = Path(rel)
+            if p.is_absolute() or ".." in p.parts or not rel:
+                raise FieldProblem("files", rel, "a fixture file is a relative path inside the resource")
+        for i, cmd in enumerate(self.commands):
+            if not cmd:
+                raise FieldProblem(f"commands.{i}", "[]", "a command names a program")
+        return self
+
+
+class Probe(_Strict):
+    """How the real state is read without the server: a built-in reader, or a command printing JSON."""
+
+    builtin: Literal["git", "folder", "jsonl_graph"] | None = None
+    command: tuple[str, ...] | None = None
+    path: str = "."  # for `folder` (what to walk) and `jsonl_graph` (the file), relative to the resource
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _one(self) -> Probe:
+        if (self.builtin is None) == (self.command is None):
+            raise FieldProblem("probe", "", "a probe is exactly one of builtin, command")
+        return self
+
+
+class Identity(_Strict):
+    """What one effect of a tool leaves in a snapshot, so that whether it holds can be read and a second one
+    counted. Record form: a record of `collection` whose key is the argument `key_arg` (each item, if a list)
+    and whose fields equal the arguments `match` names (field -> argument); a second new record matching is a
+    duplicate. Text form: the text of argument `text_of` appears in field `field` of the record named by
+    argument `record_arg`; a second appearance is a duplicate."""
+
+    collection: str
+    key_arg: str | None = None
+    match: dict[str, str] = Field(default_factory=dict)
+    text_of: str | None = None
+    field: str | None = None
+    record_arg: str | None = None
+
+    @model_validator(mode="after")
+    def _form(self) -> Identity:
+        text = (self.text_of, self.field, self.record_arg)
+        if any(x is not None for x in text) and not all(x is not None for x in text):
+            raise FieldProblem("identity", str(self.text_of or self.field or self.record_arg),
+                               "text_of, field and record_arg go together")
+        if self.text_of is None and self.key_arg is None and not self.match:
+            raise FieldProblem("identity", self.collection, "an identity names key_arg, match, or text_of")
+        return self
+
+    def arguments(self) -> set[str]:
+        return {a for a in (self.key_arg, self.text_of, self.record_arg, *self.match.values()) if a is not None}
+
+
+class ToolOverlay(_Strict):
+    """A person's account of one tool: does it write, is a repeat harmless, is its effect irreversible, and
+    what identifies one of its effects in the snapshot. `verified = false` marks a draft nobody checked."""
+
+    effect: Literal["read", "write"]
+    idempotent: bool = False
+    destructive: bool = False
+    identity: Identity | None = None
+    verified: bool = True
+    note: str = ""
+
+    @property
+    def is_write(self) -> bool:
+        return self.effect == "write"
+
+
+class ExternalWorld(_Strict):
+    """An external MCP server as a world (`kind = "mcp_stdio"`)."""
+
+    kind: Literal["mcp_stdio"]
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    server: Server
+    fixture: Fixture = Fixture()
+    probe: Probe
+    foreign: tuple[tuple[str, ...], ...] = ()  # another writer's change to the resource (stale state), commands
+    tools: dict[str, ToolOverlay] = Field(min_length=1)
+
+    @cached_property
+    def hash(self) -> str:
+        return digest(self.model_dump(mode="json"))
+
+    @property
+    def operations(self) -> dict[str, ToolOverlay]:
+        """The tools as the world's operations (the name tasks and fault schedules use)."""
+        return self.tools
+
+    def writes(self) -> list[str]:
+        return sorted(n for n, t in self.tools.items() if t.is_write)
+
+
+def is_external(path: str | Path) -> bool:
+    """A world folder (or its world.toml) that declares an external server."""
+    p = Path(path)
+    p = p / "world.toml" if p.is_dir() else p
+    try:
+        return read_toml(p).get("kind") == "mcp_stdio"
+    except InputError:
+        return False
+
+
+def load_external(path: str | Path) -> ExternalWorld:
+    p = Path(path)
+    p = p / "world.toml" if p.is_dir() else p
+    return validate(ExternalWorld, read_toml(p), p)
+
+
+def check_tools(world: ExternalWorld, listed: list[dict[str, Any]], path: str | Path) -> None:
+    """The overlay against the server's live tools/list: a tool the overlay names that the server lacks is one
+    error naming the world and the tool (with the names it does list)."""
+    live = {str(t.get("name")) for t in listed}
+    for name in world.tools:
+        if name not in live:
+            raise InputError(path, f"tools.{name}", name, f"world '{world.id}': the server lists no such tool "
+                             f"(it lists: {', '.join(sorted(live)) or 'nothing'})")
+
+
+def expand(text: str, root: Path, version: str = "") -> str:
+    """`{root}`, `{servers}` and `{version}` (the server's) in a command, environment value or path."""
+    return text.replace("{root}", str(root)).replace("{servers}", str(servers_dir())).replace("{version}", version)

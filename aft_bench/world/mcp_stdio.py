@@ -1,0 +1,240 @@
+"""A real MCP server over stdio, driven synchronously: start it, initialize, list its tools, call one, stop it.
+
+The world layer's own small client (newline-delimited JSON-RPC, the MCP stdio transport), so that a world can
+be reset, probed and called from the episode loop's synchronous surface without an event loop. Every wait is
+bounded; the server runs in its own process group and dies with the thread that started it, so neither a hung
+server nor a killed runner leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from aft_bench.common.lifetime import die_with_parent
+
+PROTOCOL_VERSION = "2025-06-18"  # what we ask for; the server's answer is recorded, whatever it picks
+CLIENT_INFO = {"name": "aft-bench-gateway", "version": "1"}
+MAX_LINE = 16 * 1024 * 1024  # a message larger than this is a misbehaving server, not an answer
+
+
+class ServerFailed(Exception):
+    """The server did not start, crashed, hung past a deadline, or broke the protocol; the message says which."""
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """A server's answer to tools/call, as it gave it: its content blocks, `isError`, any structured content."""
+
+    content: tuple[dict[str, Any], ...]
+    is_error: bool
+    structured: Any = None
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined, the way a person reads the answer."""
+        return "\n".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"content": list(self.content), "isError": self.is_error}
+        if self.structured is not None:
+            out["structuredContent"] = self.structured
+        return out
+
+
+def _start_in_own_group() -> None:
+    """In the child before exec: its own process group (killed whole) and SIGKILL when its starter dies."""
+    os.setpgid(0, 0)
+    die_with_parent(signal.SIGKILL)
+
+
+class StdioServer:
+    """One server process. Use `start()`, then `tools()` / `call()`, then `stop()` (also on every error path)."""
+
+    def __init__(self, command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
+                 stderr_path: Path | None = None, timeout_s: float = 30.0) -> None:
+        self.command = list(command)
+        self.cwd = cwd
+        self.env = dict(env or {})
+        self.timeout_s = timeout_s
+        self.stderr_path = stderr_path
+        self.server_info: dict[str, Any] = {}
+        self.protocol: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._next_id = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> StdioServer:
+        env = {**os.environ, **self.env}
+        err = open(self.stderr_path, "ab") if self.stderr_path is not None else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, preexec_fn=_start_in_own_group)
+        except OSError as exc:
+            raise ServerFailed(f"cannot start {self.command[0]!r}: {exc.strerror or exc}") from None
+        finally:
+            if err is not subprocess.DEVNULL:
+                err.close()
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+        try:
+            result = self._request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+                                                  "clientInfo": CLIENT_INFO})
+            self.server_info = dict(result.get("serverInfo") or {})
+            self.protocol = result.get("protocolVersion")
+            self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Close stdin, then kill the process group if it has not gone within a moment; reap it."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # anything it started too
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process SIGKILL cannot end is the kernel's
+            pass
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def __enter__(self) -> StdioServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- protocol --------------------------------------------------------------------------------------------
+    def tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists (following pagination), as the server describes them."""
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(100):
+            result = self._request("tools/list", {"cursor": cursor} if cursor else {})
+            out += list(result.get("tools") or [])
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return out
+        raise ServerFailed("tools/list never stopped paginating (100 pages)")
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
+        """tools/call; a JSON-RPC error (an unknown tool, refused arguments) is an answer with `isError`."""
+        try:
+            result = self._request("tools/call", {"name": name, "arguments": dict(arguments)})
+        except _RpcError as exc:
+            return ToolAnswer(({"type": "text", "text": f"MCP error {exc.code}: {exc.message}"},), True)
+        content = tuple(b for b in (result.get("content") or []) if isinstance(b, dict))
+        return ToolAnswer(content, bool(result.get("isError", False)), result.get("structuredContent"))
+
+    def _read(self, stream: Any) -> None:
+        try:
+            for line in iter(lambda: stream.readline(MAX_LINE), b""):
+                self._lines.put(line)
+        except (OSError, ValueError):
+            pass
+        self._lines.put(None)  # end of output: the server has gone
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self.proc is None or self.proc.stdin is None:
+            raise ServerFailed("the server is not running")
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ServerFailed(self._gone("while we wrote to it")) from None
+
+    def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next_id += 1
+        rid = self._next_id
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerFailed(f"no answer to {method} within {self.timeout_s:g} s")
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise ServerFailed(self._gone(f"before it answered {method}"))
+            msg = _parse(line)
+            if msg is None:
+                continue  # a log line on stdout, or a blank line: not ours to answer
+            if "method" in msg and "id" in msg:  # a request from the server (sampling, roots): we offer none
+                self._send({"jsonrpc": "2.0", "id": msg["id"],
+                            "error": {"code": -32601, "message": "the client offers no such capability"}})
+                continue
+            if msg.get("id") != rid:
+                continue  # a notification, or an answer to something we gave up on
+            if "error" in msg:
+                err = msg["error"] if isinstance(msg["error"], dict) else {}
+                raise _RpcError(int(err.get("code", 0)), str(err.get("message", "")))
+            result = msg.get("result")
+            if not isinstance(result, dict):
+                raise ServerFailed(f"answered {method} with a result that is not an object")
+            return result
+
+    def _gone(self, when: str) -> str:
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None and self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        said = self._last_words()
+        head = f"the server exited (status {code}) {when}" if code is not None else f"the server closed its output {when}"
+        return f"{head}; its last words: {said}" if said else head
+
+    def _last_words(self) -> str:
+        """The last line the server wrote to stderr (where a crash says why), if it was kept."""
+        if self.stderr_path is None:
+            return ""
+        try:
+            lines = self.stderr_path.read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+
+class _RpcError(ServerFailed):
+    """A JSON-RPC error answer (for tools/call, an answer with `isError`; anywhere else the server failed)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"MCP error {code}: {message}")
+        self.code, self.message = code, message
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None

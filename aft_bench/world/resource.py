@@ -1,0 +1,242 @@
+"""An external world's resource: a fresh folder per episode prepared by the world's fixture, the foreign write
+that stands for another writer, and the probe that reads its real state without the server.
+
+A snapshot is `{"records": {collection: {key: {field: value}}}}`, the shape task postconditions (`Clause`) read,
+so a goal over a real git repository is written the way one over a built-in world is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from aft_bench.common.canonical import canonical_json
+from aft_bench.world.external import ExternalWorld, Probe, expand
+
+TEXT_MAX = 4096  # a file's text is part of the snapshot up to this size (its hash always is)
+COMMAND_TIMEOUT_S = 60.0
+
+
+class ResourceFailed(Exception):
+    """The fixture, a foreign write or the probe failed; the message names which and how."""
+
+
+class Resource:
+    """One episode's folder. `make()` prepares it; `remove()` deletes it (idempotent)."""
+
+    def __init__(self, world: ExternalWorld, parent: Path | None = None) -> None:
+        self.world = world
+        self.root = Path(tempfile.mkdtemp(prefix=f"aft-{world.id}-", dir=parent))
+
+    def env(self) -> dict[str, str]:
+        """The fixture's environment, expanded, over ours (for the fixture's commands and the server)."""
+        return {k: expand(v, self.root) for k, v in self.world.fixture.env.items()}
+
+    def make(self) -> Resource:
+        fx = self.world.fixture
+        try:
+            for rel, text in sorted(fx.files.items()):
+                p = self.root / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(text, encoding="utf-8")
+            for cmd in fx.commands:
+                self.run(cmd, "fixture")
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def foreign_write(self) -> None:
+        """Another writer changes the resource (the world's `foreign` commands)."""
+        for cmd in self.world.foreign:
+            self.run(cmd, "foreign write")
+
+    def run(self, cmd: Sequence[str], what: str) -> str:
+        argv = [expand(a, self.root) for a in cmd]
+        try:
+            done = subprocess.run(argv, cwd=self.root, env={**os.environ, **self.env()}, capture_output=True,
+                                  timeout=COMMAND_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ResourceFailed(f"world '{self.world.id}': {what} command {argv[0]!r} failed: {exc}") from None
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip().splitlines()
+            raise ResourceFailed(f"world '{self.world.id}': {what} command {' '.join(argv)!r} exited "
+                                 f"{done.returncode}: {err[-1] if err else 'no message'}")
+        return done.stdout.decode(errors="replace")
+
+    def probe(self) -> dict[str, Any]:
+        """The real state now, as a canonical snapshot."""
+        return probe(self.world.probe, self.root, self.env(), self.world.id)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str) -> dict[str, Any]:
+    try:
+        if spec.builtin is not None:
+            snap = BUILTIN[spec.builtin](root / spec.path, env, spec.timeout_s)
+        else:
+            snap = _command_probe(spec, root, env)
+    except ResourceFailed as exc:
+        raise ResourceFailed(f"world '{world_id}': probe failed: {exc}") from None
+    return check_snapshot(snap, f"world '{world_id}': probe")
+
+
+def check_snapshot(snap: Any, who: str) -> dict[str, Any]:
+    """A snapshot is an object with `records`: collections of keyed records, each an object; canonical JSON."""
+    if not isinstance(snap, dict) or not isinstance(snap.get("records"), dict):
+        raise ResourceFailed(f"{who} printed JSON without a 'records' object")
+    for coll, recs in snap["records"].items():
+        if not isinstance(recs, dict) or not all(isinstance(r, dict) for r in recs.values()):
+            raise ResourceFailed(f"{who}: collection {coll!r} is not an object of records (objects)")
+    try:
+        return json.loads(canonical_json(snap))
+    except (TypeError, ValueError) as exc:
+        raise ResourceFailed(f"{who} gave a value that is not canonical JSON: {exc}") from None
+
+
+def _command_probe(spec: Probe, root: Path, env: dict[str, str]) -> Any:
+    assert spec.command is not None
+    argv = [expand(a, root) for a in spec.command]
+    try:
+        done = subprocess.run(argv, cwd=root, env={**os.environ, **env}, capture_output=True, timeout=spec.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ResourceFailed(f"{argv[0]!r} did not finish within {spec.timeout_s:g} s") from None
+    except OSError as exc:
+        raise ResourceFailed(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        raise ResourceFailed(f"{argv[0]!r} exited {done.returncode}")
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        head = done.stdout[:60].decode(errors="replace")
+        raise ResourceFailed(f"{argv[0]!r} printed something other than JSON: {head!r}") from None
+
+
+def _git(root: Path, env: dict[str, str], timeout: float, *args: str) -> str:
+    argv = ["git", "-c", "safe.directory=*", "-c", "core.quotepath=off", *args]
+    try:
+        done = subprocess.run(argv, cwd=root, env={**os.environ, **env}, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ResourceFailed(f"git {args[0]}: {exc}") from None
+    if done.returncode != 0:
+        raise ResourceFailed(f"git {' '.join(args)} exited {done.returncode}: "
+                             f"{done.stderr.decode(errors='replace').strip()[:200]}")
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+def _file_record(p: Path) -> dict[str, Any]:
+    data = p.read_bytes()
+    rec: dict[str, Any] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    if len(data) <= TEXT_MAX:
+        try:
+            rec["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return rec
+
+
+def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Commits reachable from any ref (message, tree, parents, whether it changed nothing), branches, HEAD, the
+    index's staged paths and the work tree's files, read with git plumbing."""
+    commits: dict[str, dict[str, Any]] = {}
+    log = _git(root, env, timeout, "log", "--all", "--format=%H%x00%T%x00%P%x00%B%x1e")
+    trees: dict[str, str] = {}
+    rows = []
+    for entry in log.split("\x1e"):
+        entry = entry.strip("\n")
+        if not entry:
+            continue
+        sha, tree, parents, body = entry.split("\x00", 3)
+        trees[sha] = tree
+        rows.append((sha, tree, parents.split(), body.strip()))
+    for sha, tree, parents, body in rows:
+        first = parents[0] if parents else None
+        commits[sha] = {"message": body, "tree": tree, "parents": parents,
+                        "empty": first is not None and trees.get(first) == tree}
+    branches = {}
+    for line in _git(root, env, timeout, "for-each-ref", "--format=%(refname:short)%00%(objectname)",
+                     "refs/heads").splitlines():
+        name, _, sha = line.partition("\x00")
+        branches[name] = {"commit": sha}
+    head_branch = _git(root, env, timeout, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    head = {"branch": None if head_branch == "HEAD" else head_branch,
+            "commit": _git(root, env, timeout, "rev-parse", "HEAD").strip() if commits else None}
+    staged = {}
+    out = _git(root, env, timeout, "diff", "--cached", "--name-status", "-z")
+    parts = [x for x in out.split("\x00") if x]
+    i = 0
+    while i < len(parts):
+        status = parts[i]
+        n = 3 if status[:1] in ("R", "C") else 2
+        staged[parts[i + n - 1]] = {"status": status[:1]}
+        i += n
+    files = {}
+    listed = _git(root, env, timeout, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for rel in sorted(set(x for x in listed.split("\x00") if x)):
+        p = root / rel
+        if p.is_file():
+            files[rel] = _file_record(p)
+    return {"records": {"commits": commits, "branches": branches, "head": {"HEAD": head}, "staged": staged,
+                        "files": files}}
+
+
+def probe_folder(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Every file (content hash, size, text when small) and folder under `root`, by relative path."""
+    files: dict[str, dict[str, Any]] = {}
+    dirs: dict[str, dict[str, Any]] = {}
+    if not root.is_dir():
+        raise ResourceFailed(f"{root} is not a folder")
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = Path(dirpath)
+        for d in dirnames:
+            dirs[(base / d).relative_to(root).as_posix()] = {}
+        for f in sorted(filenames):
+            p = base / f
+            if p.is_file() and not p.is_symlink():
+                files[p.relative_to(root).as_posix()] = _file_record(p)
+    return {"records": {"files": files, "dirs": dirs}}
+
+
+def probe_jsonl_graph(path: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """A knowledge-graph JSONL file (the memory server's): entities by name, relations by `from|type|to`; a second
+    line for the same entity or relation is kept as `name#2`, `name#3` (so a duplicate can be counted)."""
+    entities: dict[str, dict[str, Any]] = {}
+    relations: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return {"records": {"entities": entities, "relations": relations}}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
+        if item.get("type") == "entity":
+            _keep(entities, str(item.get("name")), {"name": item.get("name"), "entityType": item.get("entityType"),
+                                                   "observations": list(item.get("observations") or [])})
+        elif item.get("type") == "relation":
+            key = f"{item.get('from')}|{item.get('relationType')}|{item.get('to')}"
+            _keep(relations, key, {"from": item.get("from"), "to": item.get("to"),
+                                   "relationType": item.get("relationType")})
+    return {"records": {"entities": entities, "relations": relations}}
+
+
+def _keep(coll: dict[str, dict[str, Any]], key: str, rec: dict[str, Any]) -> None:
+    k, n = key, 1
+    while k in coll:
+        n += 1
+        k = f"{key}#{n}"
+    coll[k] = rec
+
+
+BUILTIN: dict[str, Callable[[Path, dict[str, str], float], dict[str, Any]]] = {
+    "git": probe_git, "folder": probe_folder, "jsonl_graph": probe_jsonl_graph}
