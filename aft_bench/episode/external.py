@@ -35,6 +35,7 @@ class ExternalSetup:
     header: Mapping[str, Any] | None = None
     rep: int = 0
     resource_parent: Path | None = None  # where the episode's folder is made (default: the system's temp)
+    clock: Mapping[str, float] | None = None  # no network profile on external worlds (their time is real)
 
 
 async def run_external_episode(setup: ExternalSetup, agent: Agent) -> EpisodeResult:

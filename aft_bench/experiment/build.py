@@ -13,10 +13,13 @@ from typing import Any
 from aft_bench.agents.llm import EPISODE
 from aft_bench.agents.protocol import Agent
 from aft_bench.agents.registry import AgentSpec, build_agent
-from aft_bench.episode.episode import Setup, run_episode, run_sync
+from aft_bench.episode.episode import EpisodeResult, Setup, on_thread_loop, run_episode
+from aft_bench.episode.external import ExternalSetup, run_external_episode
 from aft_bench.episode.row import episode_row
 from aft_bench.experiment.config import Cell, Matrix
-from aft_bench.tasks.workloads import world_for
+from aft_bench.tasks.task import Task
+from aft_bench.tasks.workloads import Workload, world_for
+from aft_bench.world.external import ExternalWorld
 from aft_bench.world.store import Store
 
 
@@ -27,7 +30,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     EPISODE.set(cell.run_id)  # an opaque tag for a cassette's route, never shown to the model
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
-        result = run_sync(setup, agent)
+        result = on_thread_loop(_play(setup, agent))
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes, setup.clock)
 
@@ -38,9 +41,15 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
     EPISODE.set(cell.run_id)  # this episode's task only: each one runs in its own copy of the context
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
-        result = await run_episode(setup, agent)
+        result = await _play(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes, setup.clock)
+
+
+async def _play(setup: Setup | ExternalSetup, agent: Agent) -> EpisodeResult:
+    if isinstance(setup, ExternalSetup):
+        return await run_external_episode(setup, agent)
+    return await run_episode(setup, agent)
 
 
 def network_of(matrix: Matrix, cell: Cell) -> dict[str, float] | None:
@@ -52,10 +61,13 @@ def network_of(matrix: Matrix, cell: Cell) -> dict[str, float] | None:
     return net.model_dump() if net is not None and not isinstance(net, tuple) else None
 
 
-def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack) -> tuple[Setup, Agent, dict[str, str]]:
+def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None,
+                 stack: ExitStack) -> tuple[Setup | ExternalSetup, Agent, dict[str, str]]:
     """Every name of `cell` looked up: the episode's setup, a fresh agent, and the hashes its row records."""
     wl = matrix.workloads.get(cell.workload)
     task = next(t for t in wl.tasks if t.id == cell.task_id)
+    if wl.external is not None:
+        return _resolve_external(matrix, cell, out, wl.external, wl, task)
     variant = next(v for v in wl.variants if v.id == cell.fault)
     schedule = wl.schedule(variant, task)
     world = world_for(wl, task, cell.catalog_size, cell.fault_seed)
@@ -72,4 +84,18 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None, stack: ExitStack)
                   trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
                   header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()},
                   clock=network_of(matrix, cell), rep=cell.rep)
+    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}
+
+
+def _resolve_external(matrix: Matrix, cell: Cell, out: Path | None, world: ExternalWorld, wl: Workload,
+                      task: Task) -> tuple[ExternalSetup, Agent, dict[str, str]]:
+    """A cell on an external world: the gateway's schedule, the condition, a fresh agent; the server's package
+    and version go into the trace's header and the row's world hash."""
+    variant = next(v for v in wl.variants if v.id == cell.fault)
+    schedule = wl.gateway_schedule(variant, task)  # type: ignore[arg-type]
+    mech = matrix.conditions.resolve(cell.condition)
+    agent = build_agent(AgentSpec.parse(cell.agent_spec), task.script, (cell.world, cell.network))
+    setup = ExternalSetup(world, task, mech, schedule, cell.fault_seed,
+                          trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
+                          header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()}, rep=cell.rep)
     return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}

@@ -40,6 +40,9 @@ def inputs(matrix: Matrix) -> dict[str, str]:
         for v in wl.variants:
             out[f"faults:{wid}/{v.id}"] = digest(v.model_dump(mode="json"))
         world = wl.info.world
+        if wl.external is not None:  # a real server: its world file and the pinned version it runs
+            out[f"world:{world}"] = wl.external.hash
+            continue
         src = VOCAB_PATH if world == "catalog" else matrix.worlds_dir / world / "world.toml"
         out[f"world:{world}"] = digest(src.read_text())
     for path in frozen_code():

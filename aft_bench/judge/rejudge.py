@@ -10,6 +10,7 @@ from typing import Any
 
 from aft_bench.common.canonical import canonical_bytes
 from aft_bench.common.errors import TraceIntegrityError
+from aft_bench.judge.external import external_labels
 from aft_bench.judge.labels import Labels, compute_labels
 from aft_bench.runtime.trace import Event
 from aft_bench.tasks.task import Criteria
@@ -42,6 +43,13 @@ def _state_bytes(event: Event) -> bytes:
 
 
 def rejudge(events: Iterable[Event], criteria: Criteria) -> Labels:
-    """The labels of a sealed trace, computed exactly as when the run was made."""
+    """The labels of a sealed trace, computed exactly as when the run was made (an external world's from the
+    snapshots its trace recorded)."""
     evs = list(events)
-    return compute_labels(evs, recorded_state(evs), criteria)
+    state = recorded_state(evs)
+    if any(e.kind == "gateway_open" for e in evs):
+        for e in evs:
+            if e.kind == "snapshot" and hashlib.sha256(canonical_bytes(e.data["state"])).hexdigest() != e.data["hash"]:
+                raise TraceIntegrityError(f"the snapshot at event {e.seq} does not match its recorded hash")
+        return external_labels(evs, criteria)
+    return compute_labels(evs, state, criteria)

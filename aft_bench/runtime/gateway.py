@@ -21,6 +21,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_json, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import InputError
@@ -120,13 +121,13 @@ class Gateway:
             self.resource.make()
             self.s0 = self.state = self.resource.probe()
             self._start_server()
+            check_tools(self.world, self.listed, f"worlds/{self.world.id}/world.toml")
         except (ResourceFailed, ServerFailed) as exc:
             self.close()
             raise WorldFailed(str(exc)) from None
         except BaseException:
             self.close()
             raise
-        check_tools(self.world, self.listed, f"worlds/{self.world.id}/world.toml")
         srv = self.server
         assert srv is not None
         self.trace.append("gateway_open", server=srv.server_info, protocol=srv.protocol,
@@ -212,6 +213,7 @@ class Gateway:
             answer = self.server.call(tool, args)
         except ServerFailed as exc:
             raise WorldFailed(f"world '{self.world.id}': {tool}: {exc}") from None
+        crashpoints.hit("after_server_answer")  # a runner killed while a real server is running (the crash tests)
         shown = self._normal(answer.to_dict())
         self._invocations[inv]["answer"] = shown
         self.trace.append("server_answer", inv=inv, answer=shown)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aft_bench.common.canonical import digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import InputError
+from aft_bench.world.external import ExternalWorld
 from aft_bench.world.manifest import World
 
 
@@ -197,6 +198,27 @@ def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
     tasks = validate(TaskFile, read_toml(p), p).tasks
     check_tasks(tasks, world, p)
     return tasks
+
+
+def check_external_tasks(tasks: tuple[Task, ...], world: ExternalWorld, p: Path) -> None:
+    """Tasks on an external world: ids unique, the world's id, every tool they name in its overlay, and no state
+    patch (an external world's s0 is its fixture's)."""
+    seen: set[str] = set()
+    for i, t in enumerate(tasks):
+        where = f"tasks.{i}"
+        if t.id in seen:
+            raise InputError(p, f"{where}.id", t.id, "duplicate task id")
+        seen.add(t.id)
+        if t.world != world.id:
+            raise InputError(p, f"{where}.world", t.world, f"these tasks belong to world '{world.id}'")
+        names = [(f, n) for f in ("target_ops", "allowed_ops", "required_capabilities") for n in getattr(t, f)]
+        names += [(f"plan.{j}.call", s.call) for j, s in enumerate(t.plan) if s.call is not None]
+        for fld, name in names:
+            if name not in world.tools:
+                raise InputError(p, f"{where}.{fld}", name, f"world '{world.id}' has no such tool")
+        if t.state:
+            raise InputError(p, f"{where}.state", sorted(t.state), "an external world's s0 is its fixture; "
+                             "tasks cannot patch it")
 
 
 def check_tasks(tasks: tuple[Task, ...], world: World, p: Path) -> None:

@@ -145,6 +145,10 @@ class ExternalWorld(_Strict):
     def hash(self) -> str:
         return digest(self.model_dump(mode="json"))
 
+    def with_version(self, version: str) -> ExternalWorld:
+        """The same world on another installed version of its server (`world@version`)."""
+        return self.model_copy(update={"server": self.server.model_copy(update={"version": version})})
+
     @property
     def operations(self) -> dict[str, ToolOverlay]:
         """The tools as the world's operations (the name tasks and fault schedules use)."""

@@ -1,0 +1,292 @@
+"""Real MCP servers as worlds (issue 41): mcp-server-git, started for real at its two pinned versions behind the
+fault-injecting gateway, labelled from the repository read with git plumbing. Nothing here mocks a server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aft_bench.agents.deterministic import DeterministicAgent, Params
+from aft_bench.common.errors import InputError
+from aft_bench.episode.episode import EpisodeResult
+from aft_bench.episode.external import ExternalSetup, run_external_episode
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.runtime.gateway import Gateway, GatewayFault, GatewaySchedule, WorldFailed
+from aft_bench.runtime.trace import Trace
+from aft_bench.tasks.task import Task
+from aft_bench.world.external import load_external, servers_dir
+from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT = load_external(ROOT / "worlds" / "git")
+OLD = "2025.11.25"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _servers_installed() -> None:
+    exe = servers_dir() / f"mcp-server-git-{GIT.server.version}" / "bin" / "mcp-server-git"
+    assert exe.exists(), f"{exe} is missing: `make worlds` installs the pinned servers"
+
+
+def _commit_task(**extra: object) -> Task:
+    return Task(id="commit_notes", world="git", spec="Stage notes.txt and commit it as 'Update notes'.",
+                inputs={"repo_path": "/workspace"},
+                goal=[{"collection": "commits", "where": {"message": "Update notes"}, "count": 1}],
+                target_ops=["git_commit"], allowed_ops=["git_add"],
+                plan=[{"call": "git_add", "args": {"repo_path": "/workspace", "files": ["notes.txt"]}},
+                      {"call": "git_commit", "args": {"repo_path": "/workspace", "message": "Update notes"}}],
+                **extra)
+
+
+def _play(task: Task, condition: str, *faults: tuple[str, str], version: str | None = None) -> EpisodeResult:
+    world = GIT.with_version(version) if version else GIT
+    sched = GatewaySchedule(id="t", faults=tuple(GatewayFault(kind=k, tool=t) for k, t in faults))  # type: ignore[arg-type]
+    setup = ExternalSetup(world, task, load_conditions().resolve(condition), sched)
+    return asyncio.run(run_external_episode(setup, DeterministicAgent(Params(), task.script)))
+
+
+def _answers(r: EpisodeResult, tool: str) -> list[dict]:
+    invs = {e.data["inv"] for e in r.events if e.kind == "invocation" and e.data["tool"] == tool}
+    return [e.data["answer"] for e in r.events if e.kind == "server_answer" and e.data["inv"] in invs]
+
+
+def _commits(r: EpisodeResult, message: str) -> list[dict]:
+    return [c for c in r.terminal_state["records"]["commits"].values() if c["message"] == message]
+
+
+def test_a_reissued_commit_after_a_lost_answer_is_a_false_failure_on_the_current_server() -> None:
+    r = _play(_commit_task(), "GW-bare", ("response_loss", "git_commit"))
+    first, second = _answers(r, "git_commit")
+    assert not first["isError"] and "committed successfully" in first["content"][0]["text"]
+    assert second["isError"] and "No changes staged" in second["content"][0]["text"]
+    assert len(_commits(r, "Update notes")) == 1  # the commit exists, once
+    L = r.labels
+    assert (L.fault_fired, L.y_goal, L.duplicate_effects, L.terminal_claim, L.false_failure) == (
+        True, True, 0, "failure", True)
+
+
+def test_the_same_reissue_is_a_duplicate_empty_commit_on_the_older_server() -> None:
+    r = _play(_commit_task(), "GW-bare", ("response_loss", "git_commit"), version=OLD)
+    assert [a["isError"] for a in _answers(r, "git_commit")] == [False, False]
+    made = _commits(r, "Update notes")
+    assert sorted(c["empty"] for c in made) == [False, True]  # a second commit with the same tree
+    L = r.labels
+    assert (L.duplicate_effects, L.outcome, L.y_goal, L.false_success, L.unsafe_commits) == (
+        1, "unsafely_committed", False, True, 1)
+
+
+@pytest.mark.parametrize("version", [None, OLD])
+def test_the_gateway_key_answers_the_reissue_from_its_record(version: str | None) -> None:
+    r = _play(_commit_task(), "GW-key", ("response_loss", "git_commit"), version=version)
+    assert len(_answers(r, "git_commit")) == 1  # the re-issue never reached the server
+    assert [e.data["key"] for e in r.events if e.kind == "key_replayed"] == ["commit_notes:1"]
+    assert len(_commits(r, "Update notes")) == 1
+    L = r.labels
+    assert (L.outcome, L.duplicate_effects, L.claim_correct, L.fault_fired) == ("completed", 0, True, True)
+
+
+def test_verification_from_the_real_state_reconciles_a_lost_answer() -> None:
+    r = _play(_commit_task(), "GW-verify", ("response_loss", "git_commit"))
+    checks = [e.data for e in r.events if e.kind == "verification" and e.data["tool"] == "git_commit"]
+    assert [c["holds"] for c in checks] == [False, True]  # baseline, then the lost call's effect found in git
+    assert len(_answers(r, "git_commit")) == 1 and r.labels.claim_correct is True
+
+
+def test_a_reissued_checkout_is_a_silent_success() -> None:
+    task = Task(id="co", world="git", spec="Check out release.", goal=[
+        {"record": "head/HEAD", "field": "branch", "equals": "release"}], target_ops=["git_checkout"],
+        plan=[{"call": "git_checkout", "args": {"repo_path": "/workspace", "branch_name": "release"}}])
+    r = _play(task, "GW-bare", ("response_loss", "git_checkout"))
+    assert [a["isError"] for a in _answers(r, "git_checkout")] == [False, False]
+    effects = [e.data["changes"] for e in r.events if e.kind == "effect"]
+    assert effects[0] and effects[1] == {}  # the second call changed nothing in the repository
+    assert (r.labels.outcome, r.labels.claim_correct, r.labels.duplicate_effects) == ("completed", True, 0)
+
+
+def test_an_interruption_never_reaches_the_server_and_the_reissue_is_safe() -> None:
+    r = _play(_commit_task(), "GW-bare", ("interruption", "git_commit"))
+    commit_invs = [e.data["inv"] for e in r.events if e.kind == "invocation" and e.data["tool"] == "git_commit"]
+    forwarded = {e.data["inv"] for e in r.events if e.kind == "forwarded"}
+    assert commit_invs[0] not in forwarded and commit_invs[1] in forwarded
+    assert (r.labels.outcome, r.labels.recovered, r.labels.claim_correct) == ("completed", True, True)
+
+
+def test_false_success_is_a_success_told_for_a_request_never_sent() -> None:
+    r = _play(_commit_task(), "GW-bare", ("false_success", "git_commit"))
+    assert _answers(r, "git_commit") == [] and _commits(r, "Update notes") == []
+    L = r.labels
+    assert (L.terminal_claim, L.y_goal, L.false_success, L.outcome) == ("success", False, True,
+                                                                        "unnecessarily_failed")
+
+
+def test_false_failure_is_a_failure_told_for_a_commit_the_server_made() -> None:
+    r = _play(_commit_task(), "GW-bare", ("false_failure", "git_commit"))
+    (answer,) = _answers(r, "git_commit")
+    delivered = [e.data for e in r.events if e.kind == "delivered" and e.data["answer"]
+                 and e.data["answer"]["isError"]]
+    assert not answer["isError"] and len(delivered) == 1  # the server's real answer beside the one delivered
+    assert (r.labels.false_failure, r.labels.y_goal) == (True, True)
+
+
+def test_stale_state_is_another_writer_before_the_call_and_counted_against_the_policy() -> None:
+    task = _commit_task(policy={"abort_if": [{"event": "concurrent_write"}]})
+    r = _play(task, "GW-bare", ("stale_state", "git_commit"))
+    (write,) = [e.data for e in r.events if e.kind == "world_write"]
+    assert write["changes"]["commits"]["added"]  # the foreign commit, read by the probe
+    assert any(c["message"] == "Edit elsewhere" for c in r.terminal_state["records"]["commits"].values())
+    L = r.labels
+    assert (L.stale_writes, L.unintended_effects, L.alpha, L.outcome) == (1, 1, False, "unsafely_committed")
+
+
+def test_a_server_restart_between_calls_starts_a_new_process_on_the_same_repository() -> None:
+    r = _play(_commit_task(), "GW-bare", ("server_restart", "git_commit"))
+    assert [e.kind for e in r.events].count("server_restart") == 1
+    assert r.labels.outcome == "completed" and len(_commits(r, "Update notes")) == 1
+
+
+def test_the_trace_and_labels_do_not_depend_on_where_the_folder_was_made(tmp_path: Path) -> None:
+    a = _play(_commit_task(), "GW-bare", ("response_loss", "git_commit"))
+    b = _play(_commit_task(), "GW-bare", ("response_loss", "git_commit"))
+    assert a.trace_head == b.trace_head and a.labels == b.labels
+    assert not any("/tmp/" in str(e.data) for e in a.events)  # the real folder is /workspace in the trace
+
+
+# -- bad input and misbehaving servers: one line naming the world and what failed, no process left ------------
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/status").read_text() if Path(f"/proc/{pid}/status").exists() else ""
+    return "zombie" in status
+
+
+def test_an_overlay_naming_a_tool_the_server_lacks_is_one_error_naming_world_and_tool() -> None:
+    bad = GIT.model_copy(update={"tools": {**GIT.tools, "git_push": GIT.tools["git_commit"]}})
+    gw = Gateway(bad, Trace())
+    with pytest.raises(InputError, match=r"git_push.*world 'git': the server lists no such tool"):
+        gw.open()
+    assert gw.server is None and not gw.resource.root.exists()
+
+
+def test_a_server_that_never_answers_is_cut_at_its_deadline_and_killed(tmp_path: Path) -> None:
+    srv = StdioServer([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path, timeout_s=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(ServerFailed, match="no answer to initialize within 1 s"):
+        srv.start()
+    assert time.monotonic() - t0 < 10 and srv.proc is None
+
+
+def test_a_command_that_does_not_start_and_a_crash_say_why(tmp_path: Path) -> None:
+    with pytest.raises(ServerFailed, match="cannot start '/nonexistent/server'"):
+        StdioServer(["/nonexistent/server"], cwd=tmp_path).start()
+    log = tmp_path / "err.log"
+    crash = [sys.executable, "-c", "import sys; sys.stderr.write('boom: no config\\n'); sys.exit(3)"]
+    with pytest.raises(ServerFailed, match=r"exited \(status 3\) before it answered initialize; its last words: boom"):
+        StdioServer(crash, cwd=tmp_path, stderr_path=log).start()
+
+
+def test_a_probe_that_prints_no_json_fails_the_episode_naming_the_world() -> None:
+    bad = GIT.model_copy(update={"probe": GIT.probe.model_copy(update={"builtin": None,
+                                                                       "command": ("echo", "not json")})})
+    with pytest.raises(WorldFailed, match="world 'git': probe failed: 'echo' printed something other than JSON"):
+        _play_world(bad)
+
+
+def _play_world(world: object) -> EpisodeResult:
+    task = _commit_task()
+    setup = ExternalSetup(world, task, load_conditions().resolve("GW-bare"))  # type: ignore[arg-type]
+    return asyncio.run(run_external_episode(setup, DeterministicAgent(Params(), task.script)))
+
+
+def test_a_server_killed_mid_episode_fails_the_episode_and_leaves_nothing(tmp_path: Path) -> None:
+    trace = Trace()
+    gw = Gateway(GIT, trace, resource_parent=tmp_path).open()
+    pid = gw.pids[0]
+    os.kill(pid, 9)
+    with pytest.raises(WorldFailed, match="world 'git': git_status: the server"):
+        gw.invoke("git_status", {"repo_path": "/workspace"})
+    gw.close()
+    assert _gone(pid) and list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_runner_leaves_no_server_behind(tmp_path: Path) -> None:
+    script = ("import sys, time; from aft_bench.runtime.gateway import Gateway; from aft_bench.runtime.trace import "
+              "Trace; from aft_bench.world.external import load_external; "
+              f"g = Gateway(load_external({str(ROOT / 'worlds' / 'git')!r}), Trace()).open(); "
+              "print(g.pids[0], flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    pid = int(proc.stdout.readline())  # type: ignore[union-attr]
+    assert not _gone(pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
+
+
+# -- a matrix on the real server: executors agree, a killed run resumes with nothing lost or duplicated ---------
+CONFIG = """[experiment]
+id = "git_small"
+comparisons = ["gateway_key_duplicates"]
+tasks_per_workload = 3
+seeds = [0]
+"""
+
+
+def _run(cfg: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aft_bench.cli", "run", str(cfg), "--out", str(out), *extra],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def _labels(out: Path) -> list[tuple]:
+    import pandas as pd
+
+    df = pd.read_parquet(out / "results.parquet")
+    cols = ["run_id", "outcome", "duplicate_effects", "claim_correct", "fault_fired", "trace_head"]
+    return sorted(tuple(r) for r in df[cols].itertuples(index=False))
+
+
+def _servers_under(folder: Path) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+                state = (d / "status").read_text()
+            except OSError:
+                continue
+            if str(folder) in cmd and "mcp-server-git" in cmd and "zombie" not in state:
+                found.append(int(d.name))
+    return found
+
+
+def test_a_real_server_matrix_killed_mid_call_resumes_equal_to_serial_and_workers_agree(tmp_path: Path) -> None:
+    cfg = tmp_path / "git_small.toml"
+    cfg.write_text(CONFIG)
+    serial = _run(cfg, tmp_path / "serial", "--workers", "1")
+    assert serial.returncode == 0, serial.stderr
+    expected = _labels(tmp_path / "serial")
+    assert len(expected) == 6 and {r[2] for r in expected} == {0, 1}  # GW-bare duplicates a commit, GW-key never
+    two = _run(cfg, tmp_path / "two", "--workers", "2")
+    assert two.returncode == 0, two.stderr
+    assert _labels(tmp_path / "two") == expected
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    killed = _run(cfg, tmp_path / "killed", "--workers", "1",
+                  env={"AFT_BENCH_KILL_AT": "after_server_answer:5", "TMPDIR": str(scratch)})
+    assert killed.returncode == -9
+    deadline = time.monotonic() + 10
+    while _servers_under(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _servers_under(scratch) == []  # the server died with its runner
+    resumed = _run(cfg, tmp_path / "killed", "--workers", "1", env={"TMPDIR": str(scratch)})
+    assert resumed.returncode == 0, resumed.stderr
+    assert _labels(tmp_path / "killed") == expected
