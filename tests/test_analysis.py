@@ -52,7 +52,10 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "program_latency", "program_traffic",
                                                                        "program_latency_written",
                                                                        "program_traffic_written",
-                                       "program_loss_duplicates", "unsafe_commits_declared"]
+                                       "program_loss_duplicates", "unsafe_commits_declared",
+                                                                       "gateway_key_claims", "gateway_key_duplicates",
+                                                                       "gateway_verify_claims",
+                                                                       "gateway_status_duplicates"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

@@ -290,3 +290,18 @@ def test_a_real_server_matrix_killed_mid_call_resumes_equal_to_serial_and_worker
     resumed = _run(cfg, tmp_path / "killed", "--workers", "1", env={"TMPDIR": str(scratch)})
     assert resumed.returncode == 0, resumed.stderr
     assert _labels(tmp_path / "killed") == expected
+
+
+def test_validate_reads_an_external_world_and_names_a_bad_field(tmp_path: Path) -> None:
+    ok = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", "worlds/git"], capture_output=True,
+                        text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "external world: 'git', mcp-server-git 2026.10.19, 12 tools (5 writing" in ok.stdout
+    bad = tmp_path / "w" / "world.toml"
+    bad.parent.mkdir()
+    bad.write_text((ROOT / "worlds" / "git" / "world.toml").read_text().replace(
+        'effect = "write"\nidempotent = false\nidentity = { collection = "commits"', 'effect = "writes"\nidempotent = '
+        'false\nidentity = { collection = "commits"'))
+    out = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", str(bad)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 2 and out.stdout == ""
+    assert f"{bad}: field 'tools.git_commit.effect'" in out.stderr and "'writes'" in out.stderr

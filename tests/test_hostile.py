@@ -662,6 +662,10 @@ NOT_EVIDENCE_TEXT = {
     ("experiment/landing.py", "path.write_bytes(data)"): "a worker's trace (redacted as it was written) or database",
     ("experiment/shipping.py", "path.write_bytes(data)"): "inputs shipped to a worker: the project's data files",
     ("experiment/shipping.py", "config.write_bytes(shipped.config)"): "the config shipped to a worker",
+    ("world/mcp_stdio.py", 'open(self.stderr_path, "ab")'): "a real server's stderr, in the episode's scratch folder, "
+    "removed when the episode ends; its last line reaches only an error message, redacted where that is recorded",
+    ("world/resource.py", 'p.write_text(text, encoding="utf-8")'): "an external world's fixture files: the world's "
+    "own data, written into the episode's fresh folder",
 }
 WRITER = re.compile(r"write_text\(|write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\("
                     r"|savefig\(")

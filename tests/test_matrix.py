@@ -214,7 +214,9 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
                                        "discovery_wrong_tool", "replay_duplicates", "router_safety",
                                        "router_context", "router_recall", "program_latency", "program_traffic",
                                        "program_latency_written", "program_traffic_written",
-                                       "program_loss_duplicates", "unsafe_commits_declared"]
+                                       "program_loss_duplicates", "unsafe_commits_declared",
+                                       "gateway_key_claims", "gateway_key_duplicates", "gateway_verify_claims",
+                                       "gateway_status_duplicates"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0
     assert "I5-guards" in capsys.readouterr().out

@@ -23,6 +23,15 @@ def _world(p: Path, data: dict[str, Any], worlds: Path) -> str:
     return f"'{world.id}', {len(world.operations)} operations, {n} tasks"
 
 
+def _external(p: Path, data: dict[str, Any], worlds: Path) -> str:
+    from aft_bench.world.external import load_external
+
+    w = load_external(p)
+    writes = w.writes()
+    return (f"'{w.id}', {w.server.package} {w.server.version}, {len(w.tools)} tools ({len(writes)} writing; the "
+            "overlay is checked against the live server when an episode opens)")
+
+
 def _tasks(p: Path, data: dict[str, Any], worlds: Path) -> str:
     from aft_bench.tasks.task import load_tasks
     from aft_bench.world.manifest import load_world
@@ -150,6 +159,8 @@ def validate_path(raw: str, worlds: Path) -> str:
         states = sorted({t.state for t in cat.tools})
         return f"ok  {raw}: tool catalog: {len(cat.tools)} tools ({', '.join(states) or 'none'})"
     data = read_toml(p)
+    if data.get("kind") == "mcp_stdio":  # an external world: a real MCP server as data
+        return f"ok  {raw}: external world: {_external(p, data, worlds)}"
     for key, (kind, check) in KINDS.items():
         if key in data:
             return f"ok  {raw}: {kind}: {check(p, data, worlds)}"
