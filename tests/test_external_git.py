@@ -219,7 +219,8 @@ def test_a_server_killed_mid_episode_fails_the_episode_and_leaves_nothing(tmp_pa
 def test_a_killed_runner_leaves_no_server_behind(tmp_path: Path) -> None:
     script = ("import sys, time; from aft_bench.runtime.gateway import Gateway; from aft_bench.runtime.trace import "
               "Trace; from aft_bench.world.external import load_external; "
-              f"g = Gateway(load_external({str(ROOT / 'worlds' / 'git')!r}), Trace()).open(); "
+              f"g = Gateway(load_external({str(ROOT / 'worlds' / 'git')!r}), Trace(), "
+              f"resource_parent=__import__('pathlib').Path({str(tmp_path)!r})).open(); "
               "print(g.pids[0], flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     pid = int(proc.stdout.readline())  # type: ignore[union-attr]
@@ -278,17 +279,17 @@ def test_a_real_server_matrix_killed_mid_call_resumes_equal_to_serial_and_worker
     two = _run(cfg, tmp_path / "two", "--workers", "2")
     assert two.returncode == 0, two.stderr
     assert _labels(tmp_path / "two") == expected
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    killed = _run(cfg, tmp_path / "killed", "--workers", "1",
-                  env={"AFT_BENCH_KILL_AT": "after_server_answer:5", "TMPDIR": str(scratch)})
+    killed = _run(cfg, tmp_path / "killed", "--workers", "1", env={"AFT_BENCH_KILL_AT": "after_server_answer:5"})
     assert killed.returncode == -9
+    scratch = tmp_path / "killed" / ".scratch"
+    assert [p for p in scratch.iterdir() if p.is_dir()]  # the episode's folder, left by the SIGKILL
     deadline = time.monotonic() + 10
     while _servers_under(scratch) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _servers_under(scratch) == []  # the server died with its runner
-    resumed = _run(cfg, tmp_path / "killed", "--workers", "1", env={"TMPDIR": str(scratch)})
+    resumed = _run(cfg, tmp_path / "killed", "--workers", "1")
     assert resumed.returncode == 0, resumed.stderr
+    assert not scratch.exists()  # the resumed session removed what the killed one left
     assert _labels(tmp_path / "killed") == expected
 
 

@@ -95,7 +95,12 @@ def _resolve_external(matrix: Matrix, cell: Cell, out: Path | None, world: Exter
     schedule = wl.gateway_schedule(variant, task)  # type: ignore[arg-type]
     mech = matrix.conditions.resolve(cell.condition)
     agent = build_agent(AgentSpec.parse(cell.agent_spec), task.script, (cell.world, cell.network))
+    scratch = None
+    if out is not None:  # the run directory's scratch folder: a killed session's leftovers go with the next one
+        scratch = out / ".scratch"
+        scratch.mkdir(exist_ok=True)
     setup = ExternalSetup(world, task, mech, schedule, cell.fault_seed,
                           trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
-                          header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()}, rep=cell.rep)
+                          header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()}, rep=cell.rep,
+                          resource_parent=scratch)
     return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}

@@ -4,6 +4,7 @@ quarantine of unfinished attempts; one episode is the builder's and the episode 
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -22,6 +23,9 @@ from aft_bench.experiment.rundir import RunDirectory
 from aft_bench.experiment.spend import Spend
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
+
+
+SCRATCH = ".scratch"  # under a run directory: the folders external worlds' episodes work in, never evidence
 
 
 def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, workers: int = 1,
@@ -52,6 +56,8 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             session = rundir.start_session(len(pending))
             rundir.quarantine([matrix.cells[i].run_id for i in pending], session)
             (out / "traces").mkdir(exist_ok=True)
+            # external worlds' episode folders: what a killed session left (its servers died with it) goes now
+            shutil.rmtree(out / SCRATCH, ignore_errors=True)
             extra = {"config_hash": matrix.config_hash, "lock_hash": lock_hash,
                      "code_version": manifest_data["code"]["version"], "session": session, **(row_extra or {})}
             spend = Spend(journal.rows, max_cost if max_cost is not None else matrix.experiment.max_cost_usd,
@@ -66,6 +72,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
                 append_record(out / "sessions.jsonl", {"session": session, "endpoint_limits": limits})
         finally:
             journal.close()
+            shutil.rmtree(out / SCRATCH, ignore_errors=True)
         order = {c.run_id: i for i, c in enumerate(matrix.cells)}
         rows = sorted(journal.rows, key=lambda r: order.get(r["run_id"], len(order)))
         try:
