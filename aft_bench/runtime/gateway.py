@@ -286,7 +286,7 @@ class Gateway:
             now = self.resource.probe()
         except ResourceFailed as exc:
             raise WorldFailed(str(exc)) from None
-        result = snapshot.holds(overlay.identity, now, args)
+        result = snapshot.holds(overlay.identity, now, args, self.s0)
         self.trace.append("verification", tool=tool, args=dict(args), holds=result, hash=digest(now))
         return result
 

@@ -87,30 +87,38 @@ class Probe(_Strict):
 
 class Identity(_Strict):
     """What one effect of a tool leaves in a snapshot, so that whether it holds can be read and a second one
-    counted. Record form: a record of `collection` whose key is the argument `key_arg` (each item, if a list)
-    and whose fields equal the arguments `match` names (field -> argument); a second new record matching is a
-    duplicate. Text form: the text of argument `text_of` appears in field `field` of the record named by
-    argument `record_arg`; a second appearance is a duplicate."""
+    counted. Arguments are named by dotted paths (`entities.*.name`: every item's name; `edits.0.newText`).
+
+    * record form: a record of `collection` keyed by the argument `key_arg` (several paths: their values joined
+      with `|`, item by item), whose fields equal the arguments `match` names (field -> path); a second new
+      record for the same key is a duplicate;
+    * text form: the text of `text_of` appears in field `field` of the record named by `record_arg`; a second
+      appearance is a duplicate;
+    * edit form: `field` of the record named by `record_arg` is its s0 value with each `replace_old` text
+      replaced by its `replace_new` text, k times over: k is how often the edit was realized."""
 
     collection: str
-    key_arg: str | None = None
+    key_arg: str | tuple[str, ...] | None = None
     match: dict[str, str] = Field(default_factory=dict)
     text_of: str | None = None
     field: str | None = None
     record_arg: str | None = None
+    replace_old: str | None = None
+    replace_new: str | None = None
 
     @model_validator(mode="after")
     def _form(self) -> Identity:
-        text = (self.text_of, self.field, self.record_arg)
-        if any(x is not None for x in text) and not all(x is not None for x in text):
-            raise FieldProblem("identity", str(self.text_of or self.field or self.record_arg),
-                               "text_of, field and record_arg go together")
-        if self.text_of is None and self.key_arg is None and not self.match:
-            raise FieldProblem("identity", self.collection, "an identity names key_arg, match, or text_of")
+        text = self.text_of is not None
+        edit = self.replace_old is not None or self.replace_new is not None
+        record = self.key_arg is not None or bool(self.match)
+        if sum((text, edit, record)) != 1:
+            raise FieldProblem("identity", self.collection, "an identity is one form: key_arg/match, text_of, or "
+                               "replace_old/replace_new")
+        if (text or edit) and (self.field is None or self.record_arg is None):
+            raise FieldProblem("identity", self.collection, "text_of and replace_* need field and record_arg")
+        if edit and (self.replace_old is None or self.replace_new is None):
+            raise FieldProblem("identity", self.collection, "replace_old and replace_new go together")
         return self
-
-    def arguments(self) -> set[str]:
-        return {a for a in (self.key_arg, self.text_of, self.record_arg, *self.match.values()) if a is not None}
 
 
 class ToolOverlay(_Strict):

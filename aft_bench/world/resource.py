@@ -198,7 +198,7 @@ def probe_folder(root: Path, env: dict[str, str], timeout: float) -> dict[str, A
         dirnames.sort()
         base = Path(dirpath)
         for d in dirnames:
-            dirs[(base / d).relative_to(root).as_posix()] = {}
+            dirs[(base / d).relative_to(root).as_posix()] = {"dir": True}
         for f in sorted(filenames):
             p = base / f
             if p.is_file() and not p.is_symlink():

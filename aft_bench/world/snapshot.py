@@ -38,15 +38,38 @@ def record_key(value: Any) -> str:
     return text[len(ROOT_MARK):] if text.startswith(ROOT_MARK) else text
 
 
+def values(args: Any, path: str) -> list[Any]:
+    """Every value a dotted argument path names (`a.*.b`: each item's b; `a.0.b`: the first item's)."""
+    found = [args]
+    for part in path.split("."):
+        nxt: list[Any] = []
+        for v in found:
+            if part == "*" and isinstance(v, list):
+                nxt += v
+            elif isinstance(v, list) and part.isdigit() and int(part) < len(v):
+                nxt.append(v[int(part)])
+            elif isinstance(v, Mapping) and part in v:
+                nxt.append(v[part])
+        found = nxt
+    return [x for v in found for x in (v if isinstance(v, list) else [v])]
+
+
+def _one(args: Mapping[str, Any], path: str | None) -> Any:
+    got = values(args, path) if path else []
+    return got[0] if len(got) == 1 else None
+
+
 def _keys(ident: Identity, args: Mapping[str, Any]) -> list[str] | None:
     if ident.key_arg is None:
         return None
-    v = args.get(ident.key_arg)
-    return [record_key(x) for x in v] if isinstance(v, list) else [record_key(v)]
+    if isinstance(ident.key_arg, str):
+        return [record_key(x) for x in values(args, ident.key_arg)]
+    columns = [values(args, p) for p in ident.key_arg]
+    return ["|".join(str(x) for x in row) for row in zip(*columns)]
 
 
 def _matches(ident: Identity, rec: Mapping[str, Any], args: Mapping[str, Any]) -> bool:
-    return all(rec.get(fld) == args.get(arg) for fld, arg in ident.match.items())
+    return all(rec.get(fld) == _one(args, arg) for fld, arg in ident.match.items())
 
 
 def _base(key: str) -> str:
@@ -55,31 +78,59 @@ def _base(key: str) -> str:
     return head if sep and tail.isdigit() else key
 
 
+def _field(ident: Identity, snap: Snapshot, args: Mapping[str, Any]) -> str | None:
+    rec = records(snap, ident.collection).get(record_key(_one(args, ident.record_arg)))
+    value = rec.get(ident.field or "") if isinstance(rec, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
 def _text_count(ident: Identity, snap: Snapshot, args: Mapping[str, Any]) -> int:
-    text = args.get(ident.text_of or "")
-    rec = records(snap, ident.collection).get(record_key(args.get(ident.record_arg or "")))
-    if not isinstance(text, str) or not text or not isinstance(rec, Mapping):
+    text = _one(args, ident.text_of)
+    value = _field(ident, snap, args)
+    return value.count(text) if isinstance(text, str) and text and value is not None else 0
+
+
+MAX_EDITS = 8  # how many repetitions of one edit are looked for
+
+
+def _edits_realized(ident: Identity, s0: Snapshot, s: Snapshot, args: Mapping[str, Any]) -> int:
+    """k such that applying the call's replacements k times to the s0 text gives the text now (0 if none)."""
+    before, after = _field(ident, s0, args), _field(ident, s, args)
+    pairs = list(zip(values(args, ident.replace_old or ""), values(args, ident.replace_new or "")))
+    if before is None or after is None or not pairs:
         return 0
-    value = rec.get(ident.field or "")
-    return value.count(text) if isinstance(value, str) else 0
+    text = before
+    for k in range(1, MAX_EDITS + 1):
+        for old, new in pairs:
+            if not isinstance(old, str) or not isinstance(new, str) or old not in text:
+                return 0
+            text = text.replace(old, new, 1)
+        if text == after:
+            return k
+    return 0
 
 
-def holds(ident: Identity, snap: Snapshot, args: Mapping[str, Any]) -> bool:
-    """The call's effect is present in `snap`."""
+def holds(ident: Identity, snap: Snapshot, args: Mapping[str, Any], s0: Snapshot | None = None) -> bool:
+    """The call's effect is present in `snap` (an edit's against `s0`, the state it was made on)."""
     if ident.text_of is not None:
         return _text_count(ident, snap, args) > 0
+    if ident.replace_old is not None:
+        return s0 is not None and _edits_realized(ident, s0, snap, args) > 0
     recs = records(snap, ident.collection)
     keys = _keys(ident, args)
     if keys is not None:
-        return all(any(_base(k) == want and _matches(ident, r, args) for k, r in recs.items()) for want in keys)
+        return bool(keys) and all(any(_base(k) == want and _matches(ident, r, args) for k, r in recs.items())
+                                  for want in keys)
     return any(_matches(ident, r, args) for r in recs.values())
 
 
 def realized(ident: Identity, s0: Snapshot, s: Snapshot, args: Mapping[str, Any]) -> int:
     """How many times the call's effect was realized between s0 and s: new matching records (per key, for a key
-    form), or new appearances of the text."""
+    form), new appearances of the text, or repetitions of the edit."""
     if ident.text_of is not None:
         return max(0, _text_count(ident, s, args) - _text_count(ident, s0, args))
+    if ident.replace_old is not None:
+        return _edits_realized(ident, s0, s, args)
     old, new = records(s0, ident.collection), records(s, ident.collection)
     fresh = {k: r for k, r in new.items() if k not in old or old[k] != r}
     keys = _keys(ident, args)

@@ -1,0 +1,148 @@
+"""The reference filesystem and memory MCP servers as worlds (issue 41), started for real behind the gateway and
+judged from the folder and the JSONL file; and the pure snapshot functions every external label rests on, with
+known positives and negatives."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from aft_bench.agents.deterministic import DeterministicAgent, Params
+from aft_bench.episode.episode import EpisodeResult
+from aft_bench.episode.external import ExternalSetup, run_external_episode
+from aft_bench.interface.mechanisms import load_conditions
+from aft_bench.runtime.gateway import GatewayFault, GatewaySchedule
+from aft_bench.tasks.workloads import load_workloads
+from aft_bench.world import snapshot
+from aft_bench.world.external import Identity, load_external, servers_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+WL = load_workloads(ROOT / "worlds").items
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _servers_installed() -> None:
+    node = servers_dir() / "node" / "node_modules" / "@modelcontextprotocol"
+    assert (node / "server-filesystem").is_dir() and (node / "server-memory").is_dir(), \
+        f"{node} is missing: `make worlds` installs the pinned servers"
+
+
+def _play(workload: str, task_id: str, condition: str, lose: bool = True) -> EpisodeResult:
+    wl = WL[workload]
+    task = next(t for t in wl.tasks if t.id == task_id)
+    faults = (GatewayFault(kind="response_loss", tool=task.target_ops[0]),) if lose else ()
+    setup = ExternalSetup(wl.external, task, load_conditions().resolve(condition),  # type: ignore[arg-type]
+                          GatewaySchedule(id="t", faults=faults))
+    return asyncio.run(run_external_episode(setup, DeterministicAgent(Params(), task.script)))
+
+
+def _answers(r: EpisodeResult) -> list[dict]:
+    return [e.data["answer"] for e in r.events if e.kind == "server_answer"]
+
+
+def test_an_edit_that_keeps_its_old_text_is_applied_twice_by_a_reissue() -> None:
+    r = _play("filesystem_response_loss", "edit_notes_append", "GW-bare")
+    assert [a["isError"] for a in _answers(r)] == [False, False]
+    assert r.terminal_state["records"]["files"]["notes.md"]["text"] == "hello world world\n"
+    L = r.labels
+    assert (L.duplicate_effects, L.y_goal, L.outcome, L.false_success) == (1, False, "unsafely_committed", True)
+
+
+def test_the_key_applies_that_edit_once() -> None:
+    r = _play("filesystem_response_loss", "edit_notes_append", "GW-key")
+    assert len(_answers(r)) == 1
+    assert r.terminal_state["records"]["files"]["notes.md"]["text"] == "hello world\n"
+    assert (r.labels.duplicate_effects, r.labels.outcome, r.labels.claim_correct) == (0, "completed", True)
+
+
+@pytest.mark.parametrize(("task", "said"), [("edit_config_port", "Could not find exact match"),
+                                            ("move_draft_a", "")])
+def test_a_replacing_edit_and_a_move_fail_on_the_reissue_although_they_happened(task: str, said: str) -> None:
+    r = _play("filesystem_response_loss", task, "GW-bare")
+    first, second = _answers(r)
+    assert not first["isError"] and second["isError"] and said in second["content"][0]["text"]
+    L = r.labels
+    assert (L.y_goal, L.duplicate_effects, L.false_failure, L.outcome) == (True, 0, True, "completed")
+
+
+def test_verification_from_the_folder_turns_the_false_failure_into_a_correct_claim() -> None:
+    r = _play("filesystem_response_loss", "move_draft_a", "GW-verify")
+    holds = [e.data["holds"] for e in r.events if e.kind == "verification" and e.data["tool"] == "move_file"]
+    assert holds == [False, True] and r.labels.claim_correct is True and len(_answers(r)) == 1
+
+
+def test_the_memory_server_answers_a_reissued_entity_with_nothing_and_keeps_it_once() -> None:
+    r = _play("memory_response_loss", "entity_carol", "GW-bare")
+    first, second = _answers(r)
+    assert "Carol" in first["content"][0]["text"] and second["content"][0]["text"] == "[]"  # a silent empty success
+    carol = [k for k in r.terminal_state["records"]["entities"] if k.startswith("Carol")]
+    assert carol == ["Carol"]
+    assert (r.labels.duplicate_effects, r.labels.outcome, r.labels.claim_correct) == (0, "completed", True)
+
+
+def test_a_relation_with_a_new_entity_first_is_judged_from_the_file() -> None:
+    r = _play("memory_response_loss", "relation_frank_billing", "GW-key", lose=False)
+    rels = r.terminal_state["records"]["relations"]
+    assert "Frank|works_on|Billing" in rels and r.labels.outcome == "completed"
+
+
+def test_the_memory_worlds_foreign_write_removes_bob_with_his_relations() -> None:
+    world = load_external(ROOT / "worlds" / "memory")
+    from aft_bench.world.resource import Resource
+
+    res = Resource(world).make()
+    try:
+        before = res.probe()
+        res.foreign_write()
+        after = res.probe()
+    finally:
+        res.remove()
+    assert "Bob" in before["records"]["entities"] and "Bob" not in after["records"]["entities"]
+    assert snapshot.diff(before, after) == {
+        "entities": {"added": [], "removed": ["Bob"], "changed": []},
+        "relations": {"added": [], "removed": ["Bob|account_manager_of|Acme"], "changed": []}}
+
+
+# -- the snapshot functions: known positives and negatives ------------------------------------------------
+def _files(**texts: str) -> dict:
+    return {"records": {"files": {k.replace("_", "."): {"text": v} for k, v in texts.items()}}}
+
+
+EDIT = Identity(collection="files", record_arg="path", field="text", replace_old="edits.*.oldText",
+                replace_new="edits.*.newText")
+
+
+@pytest.mark.parametrize(("after", "times"), [("hello\n", 0), ("hello world\n", 1), ("hello world world\n", 2),
+                                             ("goodbye\n", 0), ("hello world world world\n", 3)])
+def test_an_edit_is_counted_by_replaying_it_on_s0(after: str, times: int) -> None:
+    args = {"path": "/workspace/notes.md", "edits": [{"oldText": "hello", "newText": "hello world"}]}
+    assert snapshot.realized(EDIT, _files(notes_md="hello\n"), _files(notes_md=after), args) == times
+    assert snapshot.holds(EDIT, _files(notes_md=after), args, _files(notes_md="hello\n")) is (times > 0)
+
+
+def test_records_are_counted_per_key_and_a_repeated_line_is_a_duplicate() -> None:
+    ident = Identity(collection="entities", key_arg="entities.*.name")
+    args = {"entities": [{"name": "Carol"}, {"name": "Dave"}]}
+    s0 = {"records": {"entities": {}}}
+    once = {"records": {"entities": {"Carol": {}, "Dave": {}}}}
+    twice = {"records": {"entities": {"Carol": {}, "Carol#2": {}, "Dave": {}}}}
+    assert snapshot.realized(ident, s0, once, args) == 1 and snapshot.realized(ident, s0, twice, args) == 2
+    assert snapshot.holds(ident, once, args) and not snapshot.holds(ident, {"records": {"entities": {"Carol": {}}}},
+                                                                     args)
+    composite = Identity(collection="relations", key_arg=("relations.*.from", "relations.*.relationType",
+                                                          "relations.*.to"))
+    rel = {"relations": [{"from": "A", "relationType": "knows", "to": "B"}]}
+    assert snapshot.holds(composite, {"records": {"relations": {"A|knows|B": {}}}}, rel)
+    assert not snapshot.holds(composite, {"records": {"relations": {"B|knows|A": {}}}}, rel)
+
+
+def test_a_matched_record_needs_every_field_and_an_unchanged_one_is_not_new() -> None:
+    ident = Identity(collection="commits", match={"message": "message"})
+    s0 = {"records": {"commits": {"a": {"message": "Seed"}}}}
+    s = {"records": {"commits": {"a": {"message": "Seed"}, "b": {"message": "Fix"}, "c": {"message": "Fix"}}}}
+    assert snapshot.realized(ident, s0, s, {"message": "Fix"}) == 2
+    assert snapshot.realized(ident, s0, s, {"message": "Seed"}) == 0  # there before: not realized by the call
+    assert snapshot.values({"a": [{"b": 1}, {"b": 2}]}, "a.*.b") == [1, 2]
+    assert snapshot.values({"a": [{"b": 1}, {"b": 2}]}, "a.1.b") == [2] and snapshot.values({}, "a.b") == []
