@@ -146,3 +146,69 @@ def test_a_matched_record_needs_every_field_and_an_unchanged_one_is_not_new() ->
     assert snapshot.realized(ident, s0, s, {"message": "Seed"}) == 0  # there before: not realized by the call
     assert snapshot.values({"a": [{"b": 1}, {"b": 2}]}, "a.*.b") == [1, 2]
     assert snapshot.values({"a": [{"b": 1}, {"b": 2}]}, "a.1.b") == [2] and snapshot.values({}, "a.b") == []
+
+
+# -- every executor and the llm agent, unchanged, on real servers ----------------------------------------------
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+EXECUTORS = """[experiment]
+id = "real_executors"
+comparisons = ["gateway_key_duplicates_fs", "gateway_key_claims"]
+tasks_per_workload = 2
+seeds = [0]
+"""
+
+
+def _run(cfg: Path, out: Path, *extra: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "run", str(cfg), "--out", str(out), *extra],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    assert done.returncode == 0, done.stderr
+
+
+def _rows(out: Path) -> list[tuple]:
+    import pandas as pd
+
+    df = pd.read_parquet(out / "results.parquet")
+    return sorted(tuple(r) for r in df[["run_id", "outcome", "duplicate_effects", "claim_correct",
+                                        "trace_head"]].itertuples(index=False))
+
+
+def test_loops_and_a_dask_local_cluster_give_the_serial_rows_on_real_servers(tmp_path: Path) -> None:
+    cfg = tmp_path / "real.toml"
+    cfg.write_text(EXECUTORS)
+    _run(cfg, tmp_path / "serial", "--workers", "1")
+    serial = _rows(tmp_path / "serial")
+    assert len(serial) == 8 and {r[2] for r in serial} == {0, 1}
+    _run(cfg, tmp_path / "loops", "--loops", "2")
+    assert _rows(tmp_path / "loops") == serial
+    _run(cfg, tmp_path / "dask", "--executor", "dask", "--scheduler", "local:2")
+    assert _rows(tmp_path / "dask") == serial
+
+
+LLM = """[experiment]
+id = "llm_real"
+comparisons = ["gateway_key_duplicates_fs"]
+tasks_per_workload = 2
+seeds = [0]
+
+[[experiment.agents]]
+name = "llm"
+model = "openai/fake-capability"
+api_base = "offline"
+concurrency = 2
+"""
+
+
+def test_the_llm_agent_meets_a_real_server_unchanged(tmp_path: Path) -> None:
+    cfg = tmp_path / "llm.toml"
+    cfg.write_text(LLM)
+    _run(cfg, tmp_path / "o")
+    import pandas as pd
+
+    df = pd.read_parquet(tmp_path / "o" / "results.parquet").set_index("condition")
+    assert set(df["model_calls"]) == {3} and df["fault_fired"].all()
+    assert list(df.loc["GW-bare", "duplicate_effects"]) == [1, 1]  # the appending edits, applied twice
+    assert list(df.loc["GW-key", "duplicate_effects"]) == [0, 0]
+    assert set(df.loc["GW-key", "outcome"]) == {"completed"}
