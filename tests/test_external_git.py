@@ -306,3 +306,12 @@ def test_validate_reads_an_external_world_and_names_a_bad_field(tmp_path: Path) 
                          text=True, cwd=ROOT)
     assert out.returncode == 2 and out.stdout == ""
     assert f"{bad}: field 'tools.git_commit.effect'" in out.stderr and "'writes'" in out.stderr
+
+
+def test_a_write_that_touches_nothing_the_other_writer_changed_is_not_stale() -> None:
+    task = Task(id="br", world="git", spec="Create branch x.", goal=[
+        {"record": "branches/x", "field": "commit", "equals": "ignored"}], target_ops=["git_create_branch"],
+        plan=[{"call": "git_create_branch", "args": {"repo_path": "/workspace", "branch_name": "x"}}])
+    r = _play(task, "GW-bare", ("stale_state", "git_create_branch"))
+    assert [e.kind for e in r.events].count("world_write") == 1 and r.labels.commits == 1
+    assert (r.labels.stale_writes, r.labels.unsafe_commits) == (0, 0)  # a new branch: nothing of theirs changed

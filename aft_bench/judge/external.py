@@ -17,6 +17,11 @@ from aft_bench.world.external import Identity
 READ_KINDS = ("read",)
 
 
+def _touched(changes: Mapping[str, Any], how: tuple[str, ...]) -> set[tuple[str, str]]:
+    """The (collection, key) pairs a recorded diff added, changed or removed (as `how` says)."""
+    return {(coll, key) for coll, d in changes.items() for h in how for key in d.get(h, ())}
+
+
 def _one(evs: list[Event], kind: str, **match: Any) -> Event:
     for e in evs:
         if e.kind == kind and all(e.data.get(k) == v for k, v in match.items()):
@@ -41,7 +46,8 @@ def external_labels(events: Iterable[Event], criteria: Criteria) -> Labels:
     # effects: forwarded calls whose probe after them shows a change, in order
     effects = [e for e in evs if e.kind == "effect" and e.data["changes"]]
     last_read = -1
-    foreign = [e.seq for e in evs if e.kind == "world_write"]
+    foreign = [(e.seq, _touched(e.data["changes"], ("added", "changed", "removed"))) for e in evs
+               if e.kind == "world_write"]
     stale = unintended = 0
     for e in evs:
         if e.kind == "delivered":
@@ -50,7 +56,9 @@ def external_labels(events: Iterable[Event], criteria: Criteria) -> Labels:
                 last_read = e.seq
         elif e.kind == "effect" and e.data["changes"]:
             tool = invocations[e.data["inv"]].data["tool"]
-            if tool in targets and any(last_read < w < e.seq for w in foreign):
+            # stale: it changed a record another writer had changed since the agent last read the world
+            mine = _touched(e.data["changes"], ("changed", "removed"))
+            if tool in targets and any(last_read < w < e.seq and mine & theirs for w, theirs in foreign):
                 stale += 1
             if (tool not in allowed or (tool in targets and criteria.policy.non_action_required)
                     or (tool in targets and trigger is not None and e.seq > trigger)):
