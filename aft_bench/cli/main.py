@@ -432,6 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aft_bench.cli.view import add_parsers as add_view
 
     add_view(sub)
+    from aft_bench.cli.scorecard import add_parsers as add_scorecard
+
+    add_scorecard(sub, _worlds_dir)
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")

@@ -121,7 +121,7 @@ class Gateway:
             self.resource.make()
             self.s0 = self.state = self.resource.probe()
             self._start_server()
-            check_tools(self.world, self.listed, f"worlds/{self.world.id}/world.toml")
+            check_tools(self.world, self.listed, self.world.source)
         except (ResourceFailed, ServerFailed) as exc:
             self.close()
             raise WorldFailed(str(exc)) from None

@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from aft_bench.common.canonical import digest
 from aft_bench.common.datafile import read_toml, validate
@@ -121,6 +121,21 @@ class Identity(_Strict):
         return self
 
 
+class ExampleCall(_Strict):
+    """One call of an example: a tool and its arguments (paths as the agent sees them, under /workspace)."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Example(_Strict):
+    """An example call of a tool for the scorecard: calls made first to set it up, then the call itself."""
+
+    before: tuple[ExampleCall, ...] = ()
+    args: dict[str, Any] = Field(default_factory=dict)
+    note: str = ""
+
+
 class ToolOverlay(_Strict):
     """A person's account of one tool: does it write, is a repeat harmless, is its effect irreversible, and
     what identifies one of its effects in the snapshot. `verified = false` marks a draft nobody checked."""
@@ -131,6 +146,7 @@ class ToolOverlay(_Strict):
     identity: Identity | None = None
     verified: bool = True
     note: str = ""
+    examples: tuple[Example, ...] = ()  # what `aft-bench scorecard` re-issues after a lost answer
 
     @property
     def is_write(self) -> bool:
@@ -148,6 +164,12 @@ class ExternalWorld(_Strict):
     probe: Probe
     foreign: tuple[tuple[str, ...], ...] = ()  # another writer's change to the resource (stale state), commands
     tools: dict[str, ToolOverlay] = Field(min_length=1)
+    _source: str | None = PrivateAttr(default=None)  # the file it was read from (for error messages only)
+
+    @property
+    def source(self) -> str:
+        """The world file, as errors name it."""
+        return self._source or f"worlds/{self.id}/world.toml"
 
     @cached_property
     def hash(self) -> str:
@@ -155,7 +177,9 @@ class ExternalWorld(_Strict):
 
     def with_version(self, version: str) -> ExternalWorld:
         """The same world on another installed version of its server (`world@version`)."""
-        return self.model_copy(update={"server": self.server.model_copy(update={"version": version})})
+        copy = self.model_copy(update={"server": self.server.model_copy(update={"version": version})})
+        copy._source = self._source
+        return copy
 
     @property
     def operations(self) -> dict[str, ToolOverlay]:
@@ -179,7 +203,20 @@ def is_external(path: str | Path) -> bool:
 def load_external(path: str | Path) -> ExternalWorld:
     p = Path(path)
     p = p / "world.toml" if p.is_dir() else p
-    return validate(ExternalWorld, read_toml(p), p)
+    world = validate(ExternalWorld, read_toml(p), p)
+    check_examples(world, p)
+    world._source = str(p)
+    return world
+
+
+def check_examples(world: ExternalWorld, path: str | Path) -> None:
+    """Every tool an example calls is one the overlay names."""
+    for name, tool in world.tools.items():
+        for i, ex in enumerate(tool.examples):
+            for j, call in enumerate(ex.before):
+                if call.tool not in world.tools:
+                    raise InputError(path, f"tools.{name}.examples.{i}.before.{j}.tool", call.tool,
+                                     f"world '{world.id}' has no such tool")
 
 
 def check_tools(world: ExternalWorld, listed: list[dict[str, Any]], path: str | Path) -> None:

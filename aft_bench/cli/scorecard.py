@@ -1,0 +1,121 @@
+"""`aft-bench scorecard WORLD`: what a real MCP server does to a call re-issued after its answer was lost, tool by
+tool, with the gateway's key and verification, and whether its annotations agree; `--against VERSION` shows what
+changed from another version; `--fail-on` makes it a gate for a server's own CI (exit 1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+WORLD_FILE = "world.toml"
+
+
+def _world_path(ref: str, worlds: Path) -> Path:
+    """A world folder (or its world.toml) given as a path, or a shipped world's name."""
+    p = Path(ref)
+    if p.exists():
+        return p / WORLD_FILE if p.is_dir() else p
+    return worlds / ref / WORLD_FILE
+
+
+def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> None:
+    """Every example call's arguments are accepted by the live server's input schema for its tool."""
+    import jsonschema
+
+    from aft_bench.common.errors import InputError
+
+    schemas = {str(t.get("name")): t.get("inputSchema") or {} for t in listed}
+    for name, tool in world.tools.items():
+        for i, ex in enumerate(tool.examples):
+            for where, call_tool, args in [(f"tools.{name}.examples.{i}.args", name, ex.args)] + [
+                    (f"tools.{name}.examples.{i}.before.{j}.args", c.tool, c.args) for j, c in enumerate(ex.before)]:
+                try:
+                    jsonschema.validate(args, schemas.get(call_tool, {}))
+                except jsonschema.ValidationError as exc:
+                    raise InputError(path, where, args, f"the server's schema for {call_tool} refuses it: "
+                                     f"{exc.message}") from None
+
+
+def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
+    from aft_bench.common.errors import InputError
+    from aft_bench.runtime.gateway import Gateway, WorldFailed
+    from aft_bench.runtime.trace import Trace
+    from aft_bench.scorecard.card import measure
+
+    gw = Gateway(world, Trace())
+    try:
+        gw.open()  # the server starts, lists its tools, the probe reads s0: failing here is bad input
+    except WorldFailed as exc:
+        raise InputError(path, "server", world.server.version, str(exc)) from None
+    try:
+        _check_examples(world, gw.listed, path)
+    finally:
+        gw.close()
+    say = None if quiet else (lambda s: print(f"scorecard {world.id} {world.server.version}: {s}", file=sys.stderr))
+    return measure(world, progress=say).to_dict()
+
+
+def cmd_scorecard(args: argparse.Namespace) -> int:
+    from aft_bench.common.files import write_atomic
+    from aft_bench.runtime.gateway import WorldFailed
+    from aft_bench.scorecard.render import FAIL_ON, compare, failures, markdown, table, to_json
+    from aft_bench.world.external import load_external
+
+    fail_on = tuple(x for x in (args.fail_on or "").split(",") if x)
+    bad = [x for x in fail_on if x not in FAIL_ON]
+    if bad:
+        print(f"aft-bench: error: --fail-on: unknown class {bad[0]!r}; known: {', '.join(FAIL_ON)}", file=sys.stderr)
+        return 2
+    path = _world_path(args.world, args.worlds_dir(args.worlds))
+    world = load_external(path)
+    if args.version:
+        world = world.with_version(args.version)
+    try:
+        card = _measure(world, path, args.quiet)
+        other = _measure(world.with_version(args.against), path, args.quiet) if args.against else None
+    except WorldFailed as exc:
+        print(f"aft-bench: {exc}", file=sys.stderr)
+        return 1
+    print(table(card))
+    if other is not None:
+        print()
+        print(table(other))
+        changes = compare(other, card)
+        print()
+        print(f"changed from {other['version']} to {card['version']}:" if changes else
+              f"nothing changed from {other['version']} to {card['version']}")
+        for line in changes:
+            print(f"  {line}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{card['world']}-{card['version']}"
+        files = {f"{stem}.json": to_json(card), f"{stem}.md": markdown(card)}
+        if other is not None:
+            files[f"{other['world']}-{other['version']}.json"] = to_json(other)
+            files[f"{other['world']}-{other['version']}.md"] = markdown(other)
+        for name, text in files.items():
+            write_atomic(out / name, text)
+        print(f"written: {', '.join(str(out / n) for n in files)}")
+    failed = failures(card, fail_on)
+    for line in failed:
+        print(f"scorecard gate: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def add_parsers(sub: Any, worlds_dir: Any) -> None:
+    sc = sub.add_parser("scorecard", help="what a real MCP server does to a call re-issued after a lost answer, "
+                        "tool by tool, and whether its annotations agree")
+    sc.add_argument("world", help="a shipped external world's name (git, filesystem, memory) or a world folder")
+    sc.add_argument("--version", help="another installed version of the world's server")
+    sc.add_argument("--against", metavar="VERSION", help="also measure this version and show what changed")
+    sc.add_argument("--out", help="folder to write WORLD-VERSION.json and .md into")
+    sc.add_argument("--fail-on", help="comma-separated: exit 1 when a tool shows one (duplicate, false-failure, "
+                    "silent-success, annotation)")
+    sc.add_argument("--quiet", action="store_true", help="no progress lines")
+    sc.add_argument("--worlds", help="the worlds folder a world name is looked up in (default: ./worlds)")
+    sc.set_defaults(func=cmd_scorecard, worlds_dir=worlds_dir)

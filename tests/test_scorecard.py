@@ -1,0 +1,154 @@
+"""`aft-bench scorecard` (issue 42) on the real servers: the classes measured by hand in the real-server issue,
+the key turning every duplicate safe, the version comparison, the CI gate, and bad input (one line, exit 2,
+nothing written, no server left)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from aft_bench.scorecard.card import classify, contradictions, measure
+from aft_bench.scorecard.render import compare, failures
+from aft_bench.world.external import ToolOverlay, load_external
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aft_bench.cli", "scorecard", *args, "--quiet"],
+                          capture_output=True, text=True, cwd=cwd, env=dict(os.environ), timeout=600)
+
+
+def _classes(card: dict, treatment: str = "bare") -> dict[str, str]:
+    out = {}
+    for t in card["tools"]:
+        name = t["tool"] + (f"#{t['example'] + 1}" if sum(x["tool"] == t["tool"] for x in card["tools"]) > 1 else "")
+        out[name] = next(o["cls"] for o in t["outcomes"] if o["treatment"] == treatment)
+    return out
+
+
+def test_the_filesystem_scorecard_matches_the_hand_measurements_and_the_key_makes_all_safe(tmp_path: Path) -> None:
+    done = _cli("filesystem", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    card = json.loads((tmp_path / "filesystem-2026.8.31.json").read_text())
+    assert card["package"] == "@modelcontextprotocol/server-filesystem" and card["version"] == "2026.8.31"
+    assert _classes(card) == {"create_directory": "silent_success", "edit_file#1": "duplicate",
+                              "edit_file#2": "false_failure", "move_file": "false_failure",
+                              "write_file": "silent_success"}
+    assert set(_classes(card, "key").values()) == {"safe"} and set(_classes(card, "verify").values()) == {"safe"}
+    edit = next(t for t in card["tools"] if t["tool"] == "edit_file" and t["example"] == 1)
+    bare = next(o for o in edit["outcomes"] if o["treatment"] == "bare")
+    assert bare["reissue"]["isError"] and "Could not find exact match" in bare["reissue"]["content"][0]["text"]
+    assert bare["realized"] == 1 and bare["changes"] == {}
+    md = (tmp_path / "filesystem-2026.8.31.md").read_text()
+    assert "| `edit_file #1` | DUPLICATE | safe | safe | 2 |" in md
+
+
+def test_the_gate_fails_on_the_named_classes_only(tmp_path: Path) -> None:
+    dup = _cli("filesystem", "--fail-on", "duplicate")
+    assert dup.returncode == 1 and "scorecard gate: edit_file #1: a re-issued call made a second effect" in dup.stderr
+    memory = _cli("memory", "--fail-on", "duplicate,false-failure")
+    assert memory.returncode == 0, memory.stderr  # the memory server re-issues without harm
+    lying = _cli("memory", "--fail-on", "annotation")
+    assert lying.returncode == 1
+    assert ("create_entities: idempotentHint=false (or absent), but the re-issue made no second effect"
+            in lying.stderr)
+    unknown = _cli("memory", "--fail-on", "flaky")
+    assert unknown.returncode == 2 and "--fail-on: unknown class 'flaky'" in unknown.stderr
+
+
+def test_the_memory_server_answers_a_reissued_entity_with_an_empty_list() -> None:
+    card = measure(load_external(ROOT / "worlds" / "memory"), ("bare",)).to_dict()
+    create = next(t for t in card["tools"] if t["tool"] == "create_entities")
+    (bare,) = create["outcomes"]
+    assert bare["cls"] == "silent_success" and bare["reissue"]["content"][0]["text"] == "[]"
+    assert create["annotations"]["idempotentHint"] is False and create["contradictions"]
+
+
+def test_git_commit_went_from_a_duplicate_to_a_false_failure_between_versions() -> None:
+    git = load_external(ROOT / "worlds" / "git")
+    only = {n: (t if n == "git_commit" else t.model_copy(update={"examples": ()})) for n, t in git.tools.items()}
+    world = git.model_copy(update={"tools": only})
+    new = measure(world, ("bare", "key")).to_dict()
+    old = measure(world.with_version("2025.11.25"), ("bare", "key")).to_dict()
+    assert _classes(old) == {"git_commit": "duplicate"} and _classes(new) == {"git_commit": "false_failure"}
+    assert _classes(old, "key") == _classes(new, "key") == {"git_commit": "safe"}
+    lines = compare(old, new)
+    assert lines[0].startswith("git_commit (bare): DUPLICATE in 2025.11.25 -> false failure in 2026.10.19")
+    assert failures(old, ("duplicate",)) == ["git_commit: a re-issued call made a second effect"]
+    assert failures(new, ("duplicate",)) == []
+
+
+def test_classify_and_contradictions_known_positives_and_negatives() -> None:
+    assert classify(2, {"isError": False}, True) == "duplicate"
+    assert classify(1, {"isError": True}, False) == "false_failure"
+    assert classify(1, {"isError": False}, False) == "silent_success"
+    assert classify(1, {"isError": False}, True) == "safe"  # changed something, but not the effect twice
+    assert classify(1, None, False) == "safe" and classify(0, None, False) == "no_effect"
+    assert classify(None, {"isError": False}, False) == "unmeasured"
+    from aft_bench.scorecard.card import Outcome
+
+    def out(cls: str, realized: int) -> Outcome:
+        return Outcome("bare", cls, realized, None, None, None, {})
+
+    w = ToolOverlay(effect="write")
+    assert contradictions({"idempotentHint": True}, w, out("duplicate", 2)) == (
+        "idempotentHint=true, but the re-issue made a second effect",)
+    assert contradictions({"idempotentHint": True}, w, out("silent_success", 1)) == ()
+    assert contradictions({"idempotentHint": False}, w, out("duplicate", 2)) == ()
+    assert contradictions({}, w, out("false_failure", 1)) == (
+        "idempotentHint=false (or absent), but the re-issue made no second effect",)
+    assert "readOnlyHint=true" in contradictions({"readOnlyHint": True, "idempotentHint": True}, w,
+                                                 out("silent_success", 1))[0]
+
+
+# -- bad input: one line naming the file and the problem, exit 2, nothing written, no server left ------------
+def _copy_world(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "world.toml").write_text(edit((ROOT / "worlds" / "filesystem" / "world.toml").read_text()))
+    return folder
+
+
+def _no_server_under(tmp: Path) -> bool:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "server-filesystem" in cmd and str(tmp) in cmd:
+                return False
+    return True
+
+
+def test_a_wrong_tool_name_a_refused_example_and_a_failing_probe_are_bad_input(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cases = {
+        "tool": (lambda t: t.replace("[tools.move_file]", "[tools.move_files]"),
+                 "field 'tools.move_files': world 'filesystem': the server lists no such tool"),
+        "schema": (lambda t: t.replace('{ path = "/workspace/reports" }', '{ path = 7 }'),
+                   "field 'tools.create_directory.examples.0.args': the server's schema for create_directory "
+                   "refuses it: 7 is not of type 'string'"),
+        "probe": (lambda t: t.replace('builtin = "folder"', 'command = ["sh", "-c", "echo nope"]'),
+                  "field 'server': world 'filesystem': probe failed: 'sh' printed something other than JSON"),
+    }
+    for name, (edit, said) in cases.items():
+        folder = _copy_world(tmp_path / name, edit) if (tmp_path / name).mkdir() is None else None
+        done = _cli(str(folder), "--out", str(out))
+        assert done.returncode == 2, (name, done.stderr)
+        assert done.stderr.count("\n") == 1 and said in done.stderr and str(folder / "world.toml") in done.stderr
+        assert not out.exists() and _no_server_under(folder)
+
+
+def test_a_server_that_never_answers_is_bad_input_and_is_stopped(tmp_path: Path) -> None:
+    folder = _copy_world(tmp_path, lambda t: t.replace(
+        'command = ["node", "{servers}/node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", '
+        '"{root}"]', f'command = ["{sys.executable}", "-c", "import time; time.sleep(60)", "{{root}}"]\n'
+        'start_timeout_s = 1'))
+    done = _cli(str(folder), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "no answer to initialize within 1 s" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
