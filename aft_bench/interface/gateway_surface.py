@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from aft_bench.common.canonical import canonical_json
-from aft_bench.interface.interface import KEY_PARAM
+from aft_bench.interface.interface import KEY_PARAM, error_observation, ok_observation
 from aft_bench.interface.mechanisms import Mechanisms
 from aft_bench.interface.tokens import count_tokens
 from aft_bench.interface.tools import Observation, ToolSpec
@@ -109,14 +109,10 @@ class GatewayInterface:
 
     # -- rendering -------------------------------------------------------------------------------------------
     def _ok(self, result: dict[str, Any]) -> Observation:
-        if self.mechanisms.structured:
-            return Observation({"status": "ok", "result": result})
-        return Observation(f"OK: {canonical_json(result)}")
+        return ok_observation(self.mechanisms.structured, result)
 
     def _error(self, code: str, detail: str) -> Observation:
-        if self.mechanisms.structured:
-            return Observation({"status": "error", "error": code, "detail": detail})
-        return Observation(f"ERROR {code}: {detail}")
+        return error_observation(self.mechanisms.structured, code, detail)
 
     def _render(self, d: Delivery, key: Any = None) -> Observation:
         m = self.mechanisms

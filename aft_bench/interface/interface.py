@@ -48,6 +48,20 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 _JSON = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 
+def ok_observation(structured: bool, result: dict[str, Any]) -> Observation:
+    """A successful result as an agent sees it: a structured object, or the text `OK: <json>`."""
+    if structured:
+        return Observation({"status": "ok", "result": result})
+    return Observation(f"OK: {canonical_json(result)}")
+
+
+def error_observation(structured: bool, code: str, detail: str) -> Observation:
+    """An error as an agent sees it: a structured object, or the text `ERROR <code>: <detail>`."""
+    if structured:
+        return Observation({"status": "error", "error": code, "detail": detail})
+    return Observation(f"ERROR {code}: {detail}")
+
+
 @dataclass
 class Interface:
     """One interface condition over one run's pipeline."""
@@ -267,14 +281,10 @@ class Interface:
 
     # -- rendering ------------------------------------------------------------------------------
     def _ok(self, result: dict[str, Any]) -> Observation:
-        if self.mechanisms.structured:
-            return Observation({"status": "ok", "result": result})
-        return Observation(f"OK: {canonical_json(result)}")
+        return ok_observation(self.mechanisms.structured, result)
 
     def _error(self, code: str, detail: str) -> Observation:
-        if self.mechanisms.structured:
-            return Observation({"status": "error", "error": code, "detail": detail})
-        return Observation(f"ERROR {code}: {detail}")
+        return error_observation(self.mechanisms.structured, code, detail)
 
     def _render(self, d: Delivery, key: str | None = None) -> Observation:
         """Shape a delivery as the agent sees it; lifecycle identity only where a lifecycle mechanism is on."""

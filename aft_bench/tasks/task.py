@@ -200,17 +200,23 @@ def load_tasks(path: str | Path, world: World) -> tuple[Task, ...]:
     return tasks
 
 
+def _check_ids(tasks: tuple[Task, ...], world_id: str, p: Path) -> None:
+    """Task ids unique, and every task of this world."""
+    seen: set[str] = set()
+    for i, t in enumerate(tasks):
+        if t.id in seen:
+            raise InputError(p, f"tasks.{i}.id", t.id, "duplicate task id")
+        seen.add(t.id)
+        if t.world != world_id:
+            raise InputError(p, f"tasks.{i}.world", t.world, f"these tasks belong to world '{world_id}'")
+
+
 def check_external_tasks(tasks: tuple[Task, ...], world: ExternalWorld, p: Path) -> None:
     """Tasks on an external world: ids unique, the world's id, every tool they name in its overlay, and no state
     patch (an external world's s0 is its fixture's)."""
-    seen: set[str] = set()
+    _check_ids(tasks, world.id, p)
     for i, t in enumerate(tasks):
         where = f"tasks.{i}"
-        if t.id in seen:
-            raise InputError(p, f"{where}.id", t.id, "duplicate task id")
-        seen.add(t.id)
-        if t.world != world.id:
-            raise InputError(p, f"{where}.world", t.world, f"these tasks belong to world '{world.id}'")
         names = [(f, n) for f in ("target_ops", "allowed_ops", "required_capabilities") for n in getattr(t, f)]
         names += [(f"plan.{j}.call", s.call) for j, s in enumerate(t.plan) if s.call is not None]
         for fld, name in names:
@@ -224,14 +230,9 @@ def check_external_tasks(tasks: tuple[Task, ...], world: ExternalWorld, p: Path)
 def check_tasks(tasks: tuple[Task, ...], world: World, p: Path) -> None:
     """Task ids unique; every operation a task names exists in `world`; state overrides fit it."""
     ops = world.operations
-    seen: set[str] = set()
+    _check_ids(tasks, world.id, p)
     for i, t in enumerate(tasks):
         where = f"tasks.{i}"
-        if t.id in seen:
-            raise InputError(p, f"{where}.id", t.id, "duplicate task id")
-        seen.add(t.id)
-        if t.world != world.id:
-            raise InputError(p, f"{where}.world", t.world, f"these tasks belong to world '{world.id}'")
         for fld in ("target_ops", "allowed_ops", "required_capabilities"):
             for name in getattr(t, fld):
                 if name not in ops:
