@@ -315,3 +315,39 @@ def test_a_write_that_touches_nothing_the_other_writer_changed_is_not_stale() ->
     r = _play(task, "GW-bare", ("stale_state", "git_create_branch"))
     assert [e.kind for e in r.events].count("world_write") == 1 and r.labels.commits == 1
     assert (r.labels.stale_writes, r.labels.unsafe_commits) == (0, 0)  # a new branch: nothing of theirs changed
+
+
+def test_serve_puts_an_mcp_client_in_front_of_the_real_git_server_behind_the_gateway(tmp_path: Path) -> None:
+    """The official SDK client, served a git episode by `aft-bench serve`: its lost commit answer, its re-issue
+    refused by the real server, its failure claim, all labelled from the repository."""
+    import pandas as pd
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp import ClientSession
+
+    out = tmp_path / "out"
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    params = StdioServerParameters(command=exe, args=[
+        "serve", "--workload", "git_response_loss", "--task", "commit_notes", "--condition", "GW-bare",
+        "--out", str(out), "--agent", "sdk-test"])
+
+    async def play() -> tuple[list[str], list, object]:
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            names = [t.name for t in (await s.list_tools()).tools]
+            annotated = [t.annotations for t in (await s.list_tools()).tools if t.name == "git_commit"]
+            await s.call_tool("git_add", {"repo_path": "/workspace", "files": ["notes.txt"]})
+            first = await s.call_tool("git_commit", {"repo_path": "/workspace", "message": "Update notes"})
+            second = await s.call_tool("git_commit", {"repo_path": "/workspace", "message": "Update notes"})
+            await s.call_tool("report_outcome", {"action": "finish", "claim": "failure"})
+            return names, [first, second], annotated
+
+    names, (first, second), annotated = asyncio.run(play())
+    assert "git_commit" in names and "report_outcome" in names and annotated == [None]  # GW-bare: legacy effects
+    assert "No changes staged" in second.content[0].text and second.is_error
+    deadline = time.monotonic() + 20
+    while not (out / "results.parquet").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    row = pd.read_parquet(out / "results.parquet").iloc[0]
+    assert (row["world"], row["outcome"], row["fault_fired"], row["incorrect_claim"]) == (
+        "git", "completed", True, True)

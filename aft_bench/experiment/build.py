@@ -30,7 +30,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path | None) -> dict[str, Any]:
     EPISODE.set(cell.run_id)  # an opaque tag for a cassette's route, never shown to the model
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
-        result = on_thread_loop(_play(setup, agent))
+        result = on_thread_loop(play_setup(setup, agent))
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes, setup.clock)
 
@@ -41,12 +41,13 @@ async def run_cell_async(matrix: Matrix, cell: Cell, out: Path | None) -> dict[s
     EPISODE.set(cell.run_id)  # this episode's task only: each one runs in its own copy of the context
     with ExitStack() as stack:
         setup, agent, hashes = resolve_cell(matrix, cell, out, stack)
-        result = await _play(setup, agent)
+        result = await play_setup(setup, agent)
     return episode_row(cell.key(), cell.run_id, setup.mechanisms.to_dict(), result,  # type: ignore[union-attr]
                        time.perf_counter() - t0, hashes, setup.clock)
 
 
-async def _play(setup: Setup | ExternalSetup, agent: Agent) -> EpisodeResult:
+async def play_setup(setup: Setup | ExternalSetup, agent: Agent) -> EpisodeResult:
+    """Play a resolved cell: an external world's episode or a built-in one."""
     if isinstance(setup, ExternalSetup):
         return await run_external_episode(setup, agent)
     return await run_episode(setup, agent)

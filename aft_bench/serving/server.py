@@ -39,9 +39,10 @@ from aft_bench.agents.registry import AgentSpec
 from aft_bench.common.canonical import canonical_json
 from aft_bench.common.errors import InputError, OutputError
 from aft_bench.common.secrets import redact
-from aft_bench.episode.episode import run_episode
 from aft_bench.episode.row import episode_row
-from aft_bench.experiment.build import resolve_cell
+from aft_bench.experiment.build import play_setup, resolve_cell
+from aft_bench.world.external import ExternalWorld
+from aft_bench.world.manifest import World
 from aft_bench.experiment.config import Cell
 from aft_bench.interface.mechanisms import Mechanisms, load_conditions
 from aft_bench.interface.tools import MAX_ARGS_CHARS, Observation, ToolSpec
@@ -147,7 +148,8 @@ class Served:
         if wl.info.catalog_sizes and target.catalog_size not in wl.info.catalog_sizes:
             raise InputError("--catalog-size", "--catalog-size", target.catalog_size,
                              f"this workload needs one of {list(wl.info.catalog_sizes)}")
-        self.world = world_for(wl, task, target.catalog_size, target.seed)
+        self.world: World | ExternalWorld = (wl.external if wl.external is not None
+                                             else world_for(wl, task, target.catalog_size, target.seed))
         self.facade = self.form == "facade" and self.mechanisms.discovery == "selective"
         self.agent: McpAgent | None = None
         self.episode: asyncio.Task[dict[str, Any]] | None = None
@@ -224,7 +226,7 @@ class Served:
             setup, agent, hashes = resolve_cell(self.ctx, cell, self.directory.out, stack)  # type: ignore[arg-type]
             assert isinstance(agent, McpAgent)
             self.agent = agent
-            starting = asyncio.ensure_future(run_episode(setup, agent))
+            starting = asyncio.ensure_future(play_setup(setup, agent))
             while not agent.surface and not starting.done():
                 await asyncio.sleep(0)
             self.announced = tuple(t.name for t in self._specs())
@@ -354,6 +356,9 @@ class Served:
                                   idempotent_hint="idempotency_key" in spec.parameters.get("properties", {}))
 
     def _effect_of(self, tool: str) -> str:
+        if isinstance(self.world, ExternalWorld):  # a real server: the person's overlay, as an effect class
+            t = self.world.tools.get(tool)
+            return "read" if t is None or not t.is_write else ("irreversible" if t.destructive else "reversible")
         op = self.world.operations.get(tool)
         return op.effect if op is not None else "read"
 
