@@ -80,7 +80,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     worlds = _worlds_dir(args.worlds)
     for raw in args.paths:
-        print(validate_path(raw, worlds))
+        print(validate_path(raw, worlds, live=args.live))
     return 0
 
 
@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "schedules, calibration cases, configs, expectations), recognised by content")
     v.add_argument("paths", nargs="+")
     v.add_argument("--worlds", help="worlds directory for configs and workloads (default: ./worlds)")
+    v.add_argument("--live", action="store_true", help="an external world is also checked against its live server: "
+                   "its tools listed, its example calls accepted by their schemas, its probe's output canonical JSON")
     v.set_defaults(func=cmd_validate)
 
     t = sub.add_parser("verify-trace", help="check a trace file's hash chain and seal")

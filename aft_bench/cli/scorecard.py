@@ -40,11 +40,12 @@ def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> Non
                                      f"{exc.message}") from None
 
 
-def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
+def live_check(world: Any, path: Path) -> str:
+    """The world against its live server: it starts on a fresh folder, the probe reads s0 as canonical JSON, every
+    tool the overlay names is listed, every example call is accepted by its schema. Failing is bad input."""
     from aft_bench.common.errors import InputError
     from aft_bench.runtime.gateway import Gateway, WorldFailed
     from aft_bench.runtime.trace import Trace
-    from aft_bench.scorecard.card import measure
 
     gw = Gateway(world, Trace())
     try:
@@ -53,8 +54,19 @@ def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
         raise InputError(path, "server", world.server.version, str(exc)) from None
     try:
         _check_examples(world, gw.listed, path)
+        examples = sum(len(t.examples) for t in world.tools.values())
+        records = sum(len(v) for v in gw.s0.get("records", {}).values())
+        unverified = sum(1 for t in world.tools.values() if not t.verified)
+        return (f"server {gw.server.server_info.get('name')} {gw.server.server_info.get('version')} lists every "
+                f"tool; {examples} example calls accepted; s0 has {records} records; {unverified} tools unverified")
     finally:
         gw.close()
+
+
+def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
+    from aft_bench.scorecard.card import measure
+
+    live_check(world, path)
     say = None if quiet else (lambda s: print(f"scorecard {world.id} {world.server.version}: {s}", file=sys.stderr))
     return measure(world, progress=say).to_dict()
 
@@ -107,7 +119,47 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_init_world(args: argparse.Namespace) -> int:
+    """Start the server in an empty folder, list its tools, and draft a world folder for a person to finish."""
+    import tempfile
+
+    from aft_bench.common.errors import InputError
+    from aft_bench.common.files import write_atomic
+    from aft_bench.world.draft import draft
+    from aft_bench.world.external import expand
+    from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
+
+    command = [c for c in args.command if c != "--"]
+    if not command:
+        raise InputError("init-world", "COMMAND", "", "give the server's command after --")
+    target = args.worlds_dir(args.worlds) / args.name if args.into is None else Path(args.into)
+    if (target / WORLD_FILE).exists():
+        raise InputError(target / WORLD_FILE, "init-world", str(target), "already exists; give a new name")
+    with tempfile.TemporaryDirectory(prefix="aft-init-") as tmp:
+        root = Path(tmp)
+        try:
+            with StdioServer([expand(c, root) for c in command], cwd=root, timeout_s=args.timeout) as srv:
+                listed, info = srv.tools(), dict(srv.server_info)
+        except ServerFailed as exc:
+            print(f"aft-bench: init-world: {exc}", file=sys.stderr)
+            return 1
+    target.mkdir(parents=True, exist_ok=True)
+    write_atomic(target / WORLD_FILE, draft(args.name, command, listed, info))
+    writes = sum(1 for t in listed if not (t.get("annotations") or {}).get("readOnlyHint"))
+    print(f"drafted {target / WORLD_FILE}: {len(listed)} tools ({writes} may write), every overlay unverified; "
+          f"finish the TODOs, then `aft-bench validate --live {target}` and `aft-bench scorecard {target}`")
+    return 0
+
+
 def add_parsers(sub: Any, worlds_dir: Any) -> None:
+    iw = sub.add_parser("init-world", help="draft a world folder from a live MCP server: NAME -- COMMAND ARGS...")
+    iw.add_argument("name", help="the world's id (its folder under --worlds)")
+    iw.add_argument("command", nargs="*", help="-- then the server's command ({root}: its folder)")
+    iw.add_argument("--into", help="the folder to draft into (default: WORLDS/NAME)")
+    iw.add_argument("--timeout", type=float, default=60.0, help="seconds the server may take to answer")
+    iw.add_argument("--worlds", help="the worlds folder (default: ./worlds)")
+    iw.set_defaults(func=cmd_init_world, worlds_dir=worlds_dir)
+
     sc = sub.add_parser("scorecard", help="what a real MCP server does to a call re-issued after a lost answer, "
                         "tool by tool, and whether its annotations agree")
     sc.add_argument("world", help="a shipped external world's name (git, filesystem, memory) or a world folder")

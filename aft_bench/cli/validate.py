@@ -145,7 +145,7 @@ KINDS: dict[str, tuple[str, Callable[[Path, dict[str, Any], Path], str]]] = {
 }
 
 
-def validate_path(raw: str, worlds: Path) -> str:
+def validate_path(raw: str, worlds: Path, live: bool = False) -> str:
     """Check one path; returns the line to print, raises InputError naming the problem."""
     p = Path(raw)
     if p.is_dir():
@@ -160,7 +160,13 @@ def validate_path(raw: str, worlds: Path) -> str:
         return f"ok  {raw}: tool catalog: {len(cat.tools)} tools ({', '.join(states) or 'none'})"
     data = read_toml(p)
     if data.get("kind") == "mcp_stdio":  # an external world: a real MCP server as data
-        return f"ok  {raw}: external world: {_external(p, data, worlds)}"
+        line = f"ok  {raw}: external world: {_external(p, data, worlds)}"
+        if live:
+            from aft_bench.cli.scorecard import live_check
+            from aft_bench.world.external import load_external
+
+            line += f"; live: {live_check(load_external(p), p)}"
+        return line
     for key, (kind, check) in KINDS.items():
         if key in data:
             return f"ok  {raw}: {kind}: {check(p, data, worlds)}"
