@@ -81,6 +81,7 @@ def write_bundle(viewer: Viewer, out: Path, static: Path = STATIC, progress: Pro
             (data / f"{file_key(key)}.js").write_text(_script(key, value), encoding="utf-8")
 
         put("experiment", viewer.experiment())
+        put("scorecards", viewer.scorecards())
         put("facets", viewer.facets())
         cols = list(dict.fromkeys(SHOWN + FACETS))
         put("runs", {"shown": SHOWN, "columns": viewer.runs.columnar(cols),

@@ -42,6 +42,36 @@ class Viewer:
                 return True
         return False
 
+    # -- scorecards of real MCP servers (`aft-bench scorecard WORLD --out DIR/scorecards`) -----------------------
+    def scorecards(self) -> dict[str, Any]:
+        """Every scorecard in DIR/scorecards/, its rows as the command prints them, and for each world measured at
+        two versions what changed; a file that is not a scorecard is named in the notes, never shown."""
+        from aft_bench.scorecard.render import compare, rows
+
+        cards, notes = [], []
+        folder = self.directory / "scorecards"
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                card = read_json(path, "aft-bench scorecard")
+                shown = rows(card)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is a note, not a broken page
+                notes.append(f"{path.name}: not a scorecard ({str(exc).splitlines()[0][:160]})")
+                continue
+            cards.append({"file": path.name, "world": card["world"], "package": card["package"],
+                          "version": card["version"], "server": card.get("server") or {},
+                          "protocol": card.get("protocol"), "rows": shown, "untested": card.get("untested") or [],
+                          "_card": card})
+        changes = []
+        by_world: dict[str, list[dict[str, Any]]] = {}
+        for c in cards:
+            by_world.setdefault(c["world"], []).append(c)
+        for world, same in sorted(by_world.items()):
+            for old, new in zip(same, same[1:]):
+                changes.append({"world": world, "from": old["version"], "to": new["version"],
+                                "lines": compare(old["_card"], new["_card"])})
+        return {"cards": [{k: v for k, v in c.items() if k != "_card"} for c in cards], "changes": changes,
+                "notes": notes}
+
     # -- experiment --------------------------------------------------------------------------------------------
     def pending(self) -> list[dict[str, Any]]:
         """Tuples of the matrix without a recorded run, each with its last recorded failure (if any)."""

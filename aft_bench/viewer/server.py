@@ -50,6 +50,7 @@ def build_app(viewer: Viewer, static: Path = STATIC) -> Starlette:
         Route("/", index),
         Route("/api/status", guarded(lambda r: viewer.status())),
         Route("/api/experiment", guarded(lambda r: viewer.experiment())),
+        Route("/api/scorecards", guarded(lambda r: viewer.scorecards())),
         Route("/api/facets", guarded(lambda r: viewer.facets())),
         Route("/api/runs", guarded(lambda r: viewer.query(dict(r.query_params)))),
         Route("/api/run/{run_id}", guarded(lambda r: viewer.run(r.path_params["run_id"]))),

@@ -324,6 +324,34 @@ async function pairPage(comp, runId) {
   return out;
 }
 
+// ---------- scorecards of real MCP servers -------------------------------------------------------------------
+const CLASS = { duplicate: "DUPLICATE", false_failure: "false failure", silent_success: "silent success", safe: "safe",
+  no_effect: "no effect", unmeasured: "unmeasured" };
+function classCell(v, col) { return h("td", { "data-col": col, class: v ? `cls-${v}` : null }, CLASS[v] || "–"); }
+async function scorecardsPage() {
+  const d = await get("scorecards");
+  const out = [h("h1", {}, "Scorecards")];
+  if (!d.cards.length) out.push(h("p", { "data-testid": "no-scorecards" }, "No scorecards in this folder: write them into its scorecards/ with `aft-bench scorecard WORLD --out DIR/scorecards`."));
+  for (const c of d.cards) {
+    out.push(h("section", { class: "scorecard", "data-testid": `scorecard-${c.world}-${c.version}` },
+      h("h2", {}, `${c.package} ${c.version}`),
+      h("p", {}, `world ${c.world}; the server says it is ${c.server.name || "?"} ${c.server.version || "?"} (protocol ${c.protocol || "?"}). Each example's answer was lost after the server answered, then re-issued bare, with the gateway's key, or after verification; classes are read from the real state.`),
+      scroll(h("table", { "data-testid": "scorecard-table" },
+        h("thead", {}, h("tr", {}, ...["tool", "bare re-issue", "with key", "verify", "effects", "re-issue answered", "changed", "annotations", "disagrees"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, ...c.rows.map((r) => h("tr", { "data-tool": r.tool },
+          h("td", { "data-col": "tool" }, r.tool), classCell(r.bare, "bare"), classCell(r.key, "key"), classCell(r.verify, "verify"),
+          cell(r.realized, { "data-col": "realized" }), h("td", { "data-col": "reissue" }, r.reissue), h("td", {}, r.changes),
+          h("td", {}, r.annotations), h("td", { "data-col": "contradictions" }, r.contradictions.join("; ") || "no")))))),
+      c.untested.length ? h("p", {}, `no example (not measured): ${c.untested.join(", ")}`) : null));
+  }
+  for (const ch of d.changes) {
+    out.push(h("section", { "data-testid": `changes-${ch.world}` }, h("h2", {}, `${ch.world}: ${ch.from} → ${ch.to}`),
+      ch.lines.length ? h("ul", {}, ...ch.lines.map((l) => h("li", {}, l))) : h("p", {}, "nothing changed")));
+  }
+  if (d.notes.length) out.push(h("ul", { class: "notes" }, ...d.notes.map((n) => h("li", {}, n))));
+  return out;
+}
+
 // ---------- router -------------------------------------------------------------------------------------------
 async function render() {
   const { parts, params } = routeOf();
@@ -336,6 +364,7 @@ async function render() {
     else if (parts[0] === "run" && parts[1]) content = await runPage(parts[1]);
     else if (parts[0] === "pairs") content = await pairsPage(params);
     else if (parts[0] === "pair" && parts[2]) content = await pairPage(parts[1], parts[2]);
+    else if (parts[0] === "scorecards") content = await scorecardsPage();
     else content = await experimentPage();
     app.replaceChildren(...[content].flat(Infinity));
     app.dataset.page = parts[0] || "experiment";
