@@ -55,7 +55,13 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                        "program_loss_duplicates", "unsafe_commits_declared",
                                                                        "gateway_key_claims", "gateway_key_duplicates",
                                                                        "gateway_verify_claims",
-                                                                       "gateway_status_duplicates"]
+                                                                       "gateway_status_duplicates",
+                                                                       "gateway_key_duplicates_fs",
+                                                                       "gateway_verify_claims_fs",
+                                                                       "gateway_status_duplicates_fs",
+                                                                       "gateway_key_claims_memory",
+                                                                       "gateway_verify_terminal_git",
+                                                                       "gateway_status_recovery_git"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 
