@@ -159,7 +159,7 @@ def validate_path(raw: str, worlds: Path, live: bool = False) -> str:
         states = sorted({t.state for t in cat.tools})
         return f"ok  {raw}: tool catalog: {len(cat.tools)} tools ({', '.join(states) or 'none'})"
     data = read_toml(p)
-    if data.get("kind") == "mcp_stdio":  # an external world: a real MCP server as data
+    if data.get("kind") in ("mcp_stdio", "mcp_http"):  # an external world: a real MCP server as data
         line = f"ok  {raw}: external world: {_external(p, data, worlds)}"
         if live:
             from aft_bench.cli.scorecard import live_check

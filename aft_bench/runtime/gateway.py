@@ -28,6 +28,7 @@ from aft_bench.common.errors import InputError
 from aft_bench.runtime.trace import Trace
 from aft_bench.world import snapshot
 from aft_bench.world.external import WORKSPACE, ExternalWorld, check_tools
+from aft_bench.world.mcp_http import HttpServer, free_port
 from aft_bench.world.mcp_stdio import ServerFailed, StdioServer, ToolAnswer
 from aft_bench.world.resource import Resource, ResourceFailed
 
@@ -105,7 +106,7 @@ class Gateway:
         self.schedule = schedule
         self.keys = keys
         self.resource = Resource(world, resource_parent)
-        self.server: StdioServer | None = None
+        self.server: StdioServer | HttpServer | None = None
         self.listed: list[dict[str, Any]] = []
         self.s0: dict[str, Any] = {}
         self.state: dict[str, Any] = {}  # the last probed state
@@ -143,10 +144,16 @@ class Gateway:
     def _start_server(self) -> None:
         root = self.resource.root
         t0 = time.perf_counter()
-        self.server = StdioServer(self.world.server.argv(root), cwd=root,
-                                  env={**self.resource.env(), **self.world.server.environment(root)},
-                                  stderr_path=root.parent / f"{root.name}.server.log",
-                                  timeout_s=self.world.server.start_timeout_s).start()
+        srv = self.world.server
+        log = root.parent / f"{root.name}.server.log"
+        if srv.url is not None:  # streamable HTTP on a free port of 127.0.0.1
+            port = free_port()
+            self.server = HttpServer(srv.argv(root, port), srv.url.replace("{port}", str(port)), cwd=root,
+                                     env={**self.resource.env(), **srv.environment(root, port)}, stderr_path=log,
+                                     timeout_s=srv.start_timeout_s).start()
+        else:
+            self.server = StdioServer(srv.argv(root), cwd=root, env={**self.resource.env(), **srv.environment(root)},
+                                      stderr_path=log, timeout_s=srv.start_timeout_s).start()
         self.server.timeout_s = self.world.server.call_timeout_s
         self.listed = self.server.tools()
         self.start_s += time.perf_counter() - t0

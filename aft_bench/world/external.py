@@ -21,6 +21,7 @@ from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
 from aft_bench.common.paths import ROOT
 
+EXTERNAL_KINDS = ("mcp_stdio", "mcp_http")  # a real MCP server over stdio, or over streamable HTTP on 127.0.0.1
 WORKSPACE = "/workspace"  # the resource folder as agents see it: the gateway maps it to the episode's real folder
 SERVERS_ENV = "AFT_BENCH_SERVERS"  # where `make worlds` installed the pinned servers (default: .worlds/)
 
@@ -43,12 +44,15 @@ class Server(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: float = Field(default=60.0, gt=0, le=600)
     call_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # a server with no stdio: its streamable-HTTP endpoint on 127.0.0.1, `{port}` a free port chosen per start
+    # (also given to `command`); the lost response is then the gateway not delivering what the POST returned
+    url: str | None = Field(default=None, pattern=r"^http://127\.0\.0\.1:")
 
-    def argv(self, root: Path) -> list[str]:
-        return [expand(a, root, self.version) for a in self.command]
+    def argv(self, root: Path, port: int | None = None) -> list[str]:
+        return [_port(expand(a, root, self.version), port) for a in self.command]
 
-    def environment(self, root: Path) -> dict[str, str]:
-        return {k: expand(v, root, self.version) for k, v in self.env.items()}
+    def environment(self, root: Path, port: int | None = None) -> dict[str, str]:
+        return {k: _port(expand(v, root, self.version), port) for k, v in self.env.items()}
 
 
 class Fixture(_Strict):
@@ -156,7 +160,7 @@ class ToolOverlay(_Strict):
 class ExternalWorld(_Strict):
     """An external MCP server as a world (`kind = "mcp_stdio"`)."""
 
-    kind: Literal["mcp_stdio"]
+    kind: Literal["mcp_stdio", "mcp_http"]
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     server: Server
@@ -170,6 +174,13 @@ class ExternalWorld(_Strict):
     def source(self) -> str:
         """The world file, as errors name it."""
         return self._source or f"worlds/{self.id}/world.toml"
+
+    @model_validator(mode="after")
+    def _transport(self) -> ExternalWorld:
+        if (self.kind == "mcp_http") != (self.server.url is not None):
+            raise FieldProblem("server.url", self.server.url or "", "an mcp_http world names its server's url "
+                               "(http://127.0.0.1:{port}/...), an mcp_stdio world none")
+        return self
 
     @cached_property
     def hash(self) -> str:
@@ -195,7 +206,7 @@ def is_external(path: str | Path) -> bool:
     p = Path(path)
     p = p / "world.toml" if p.is_dir() else p
     try:
-        return read_toml(p).get("kind") == "mcp_stdio"
+        return read_toml(p).get("kind") in EXTERNAL_KINDS
     except InputError:
         return False
 
@@ -227,6 +238,10 @@ def check_tools(world: ExternalWorld, listed: list[dict[str, Any]], path: str | 
         if name not in live:
             raise InputError(path, f"tools.{name}", name, f"world '{world.id}': the server lists no such tool "
                              f"(it lists: {', '.join(sorted(live)) or 'nothing'})")
+
+
+def _port(text: str, port: int | None) -> str:
+    return text.replace("{port}", str(port)) if port is not None else text
 
 
 def expand(text: str, root: Path, version: str = "") -> str:
