@@ -664,6 +664,7 @@ NOT_EVIDENCE_TEXT = {
     ("experiment/shipping.py", "config.write_bytes(shipped.config)"): "the config shipped to a worker",
     ("world/mcp_stdio.py", 'open(self.stderr_path, "ab")'): "a real server's stderr, in the episode's scratch folder, "
     "removed when the episode ends; its last line reaches only an error message, redacted where that is recorded",
+    ("world/mcp_http.py", 'open(self.stderr_path, "ab")'): "an HTTP server's stderr, as for stdio servers above",
     ("world/resource.py", 'p.write_text(text, encoding="utf-8")'): "an external world's fixture files: the world's "
     "own data, written into the episode's fresh folder",
 }
