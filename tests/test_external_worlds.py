@@ -149,7 +149,9 @@ def test_a_matched_record_needs_every_field_and_an_unchanged_one_is_not_new() ->
 
 
 # -- every executor and the llm agent, unchanged, on real servers ----------------------------------------------
+import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -212,3 +214,23 @@ def test_the_llm_agent_meets_a_real_server_unchanged(tmp_path: Path) -> None:
     assert list(df.loc["GW-bare", "duplicate_effects"]) == [1, 1]  # the appending edits, applied twice
     assert list(df.loc["GW-key", "duplicate_effects"]) == [0, 0]
     assert set(df.loc["GW-key", "outcome"]) == {"completed"}
+
+
+def test_a_server_that_fails_in_a_matrix_leaves_its_tuples_pending_with_one_line_each(tmp_path: Path) -> None:
+    """A server command that cannot start: no row is made, each tuple's failure names the world and the cause."""
+    worlds = tmp_path / "worlds"
+    shutil.copytree(ROOT / "worlds" / "memory", worlds / "memory")
+    (worlds / "workloads").mkdir()
+    shutil.copy(ROOT / "worlds" / "workloads" / "memory_response_loss.toml", worlds / "workloads")
+    world = worlds / "memory" / "world.toml"
+    world.write_text(world.read_text().replace('command = ["node",', 'command = ["/nonexistent/node",'))
+    cfg = tmp_path / "m.toml"
+    cfg.write_text('[experiment]\nid = "m"\nworkloads = ["memory_response_loss"]\nconditions = ["GW-bare"]\n'
+                   'tasks_per_workload = 2\n')
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "run", str(cfg), "--out", str(tmp_path / "o"),
+                           "--worlds", str(worlds), "--workers", "1"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode != 0
+    failures = [json.loads(x) for x in (tmp_path / "o" / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 2 and all("world 'memory': cannot start '/nonexistent/node'" in f["message"] for f in failures)
+    assert not (tmp_path / "o" / "journal.jsonl").exists() or (tmp_path / "o" / "journal.jsonl").read_text() == ""

@@ -123,9 +123,12 @@ class Gateway:
             self.s0 = self.state = self.resource.probe()
             self._start_server()
             check_tools(self.world, self.listed, self.world.source)
-        except (ResourceFailed, ServerFailed) as exc:
+        except ResourceFailed as exc:  # its message names the world already
             self.close()
             raise WorldFailed(str(exc)) from None
+        except ServerFailed as exc:
+            self.close()
+            raise WorldFailed(f"world '{self.world.id}': {exc}") from None
         except BaseException:
             self.close()
             raise
