@@ -215,6 +215,18 @@ def test_a_bundle_interrupted_halfway_leaves_the_parent_folder_as_it_was(smoke_r
     assert sorted(p.name for p in parent.iterdir()) == ["kept.txt"] and tree_hash(parent) == before
 
 
+@pytest.mark.parametrize("sig", ["TERM", "INT"])
+def test_a_signal_the_moment_the_temporary_folder_exists_leaves_nothing(smoke_results: Path, tmp_path: Path,
+                                                                         sig: str) -> None:
+    """The window a loaded machine found: the signal right after the temporary folder was made (it was made before
+    the cleanup was armed, and a .site-* folder stayed)."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    proc = _bundle_process(smoke_results, parent / "site", kill_at=f"folder_made:1:{sig}")
+    proc.communicate(timeout=120)
+    assert proc.returncode in (130, -signal.SIGTERM, -signal.SIGINT) and list(parent.iterdir()) == []
+
+
 def test_a_bundle_terminated_at_any_moment_leaves_either_nothing_or_the_whole_site(smoke_results: Path,
                                                                                    tmp_path: Path) -> None:
     """An outside SIGTERM as soon as the temporary folder appears: whenever it lands, the parent holds what it

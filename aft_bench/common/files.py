@@ -8,11 +8,12 @@ import json
 import os
 import shutil
 import stat
-import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aft_bench.common import crashpoints
 from aft_bench.common.errors import InputError, OutputError
 from aft_bench.common.secrets import redact
 
@@ -166,11 +167,15 @@ def write_atomic(path: Path, text: str) -> None:
 def write_folder(final: Path, fill: Callable[[Path], None]) -> None:
     """Create folder `final` atomically: `fill` writes into a temp folder beside it, which replaces `final`
     only when `fill` succeeded; on any failure the previous `final` (or its absence) is left untouched."""
+    # the name first, the folder inside the try: a signal raised as an exception (view --bundle's SIGTERM) right after
+    # the folder appears is cleaned up like any other failure (mkdtemp before the try left a window, seen under load)
+    tmp = final.parent / f".{final.name}-{uuid.uuid4().hex}"  # 128 random bits: never an existing folder
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    except OSError as exc:
-        raise OutputError(final, exc) from None
-    try:
+        try:
+            tmp.mkdir(mode=0o700)
+        except OSError as exc:
+            raise OutputError(final, exc) from None
+        crashpoints.hit("folder_made")  # a signal the moment the temporary folder exists (the crash tests)
         try:
             fill(tmp)
         except OSError as exc:  # a full disk mid-fill: name what was being written (the final path), not "?"
