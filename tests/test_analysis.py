@@ -64,7 +64,9 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "gateway_status_recovery_git",
                                                                        "gateway_status_claims",
                                                                        "gateway_status_claims_fs",
-                                                                       "gateway_status_terminal_git"]
+                                                                       "gateway_status_terminal_git",
+                                                                       "gateway_discovery_context",
+                                                                       "gateway_discovery_recall"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

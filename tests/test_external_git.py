@@ -351,3 +351,15 @@ def test_serve_puts_an_mcp_client_in_front_of_the_real_git_server_behind_the_gat
     row = pd.read_parquet(out / "results.parquet").iloc[0]
     assert (row["world"], row["outcome"], row["fault_fired"], row["incorrect_claim"]) == (
         "git", "completed", True, True)
+
+
+def test_selective_discovery_at_the_gateway_loads_only_what_the_task_needs() -> None:
+    eager = _play(_commit_task(), "GW-bare")
+    selective = _play(_commit_task(), "GW-selective")
+    (shown,) = [e.data["tools"] for e in selective.events if e.kind == "surface"]
+    assert shown == ["search_tools", "describe_tool"]
+    loaded = [t for e in selective.events if e.kind == "materialize" for t in e.data["tools"]]
+    assert loaded == ["git_add", "git_commit"]
+    assert selective.labels.outcome == eager.labels.outcome == "completed"
+    assert selective.labels.capability_recall == 1.0
+    assert selective.labels.context_tokens < eager.labels.context_tokens / 3

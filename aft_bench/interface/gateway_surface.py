@@ -12,7 +12,8 @@ import copy
 from typing import Any
 
 from aft_bench.common.canonical import canonical_json
-from aft_bench.interface.interface import KEY_PARAM, error_observation, ok_observation
+from aft_bench.interface.interface import KEY_PARAM, SEARCH_K, error_observation, ok_observation
+from aft_bench.interface.ranking import rank
 from aft_bench.interface.mechanisms import Mechanisms
 from aft_bench.interface.tokens import count_tokens
 from aft_bench.interface.tools import Observation, ToolSpec
@@ -34,6 +35,8 @@ class GatewayInterface:
                        if world.tools.get(str(t["name"])) is None or world.tools[str(t["name"])].is_write}
         self.business = {str(t["name"]): self._business_tool(t) for t in gateway.listed}
         self.lifecycle = {t.name: t for t in self._lifecycle_tools()}
+        self.selective = mechanisms.discovery == "selective"  # the server's tools found by search, loaded by name
+        self.materialized: set[str] = set() if self.selective else set(self.business)
 
     # -- the surface ---------------------------------------------------------------------------------------
     def _business_tool(self, listed: dict[str, Any]) -> ToolSpec:
@@ -54,6 +57,15 @@ class GatewayInterface:
                                   {"type": "object", "properties": {"invocation_id": {
                                       "type": "string", "description": "Invocation id from an earlier result."}},
                                    "required": ["invocation_id"]}, "lifecycle"))
+        if m.discovery == "selective":
+            tools.append(ToolSpec("search_tools", f"Search the server's tools; returns the top {SEARCH_K} capability "
+                                  "cards.", {"type": "object", "properties": {"query": {
+                                      "type": "string", "description": "What you want to do."}},
+                                      "required": ["query"]}, "discovery"))
+            tools.append(ToolSpec("describe_tool", "Load the full schema of a tool so it can be called.",
+                                  {"type": "object", "properties": {"name": {"type": "string",
+                                                                             "description": "Tool name."}},
+                                   "required": ["name"]}, "discovery"))
         if m.verification:
             tools.append(ToolSpec("verify_effect", "Evidence from the real state whether a call's intended effect "
                                   "holds now.", {"type": "object", "properties": {
@@ -75,7 +87,9 @@ class GatewayInterface:
                 "destructiveHint": overlay.destructive}
 
     def surface(self) -> list[ToolSpec]:
-        shown = list(self.business.values()) + list(self.lifecycle.values())
+        shown = ([] if self.selective else list(self.business.values())) + list(self.lifecycle.values())
+        if self.selective:
+            self.materialized = set()
         text = canonical_json([t.schema() for t in shown])
         self.shown_bytes = len(text.encode("utf-8"))
         self.gateway.trace.append("surface", tools=[t.name for t in shown], full=True,
@@ -100,9 +114,25 @@ class GatewayInterface:
             if holds is None:
                 return self._error("no_postcondition", f"no known effect to check for {args.get('tool')}")
             return self._ok({"holds": holds})
-        if name not in self.business:
+        if name == "search_tools" and name in self.lifecycle:
+            names = tuple(self.business)
+            top = rank(str(args.get("query", "")), names, tuple(self.business[n].card() for n in names), SEARCH_K)
+            shown = [{"name": n, "card": self.business[n].card()} for n in top]
+            self.gateway.trace.append("discovered", query=args.get("query"), tools=top,
+                                      tokens=count_tokens(canonical_json(shown)))
+            return self._ok({"tools": shown})
+        if name == "describe_tool" and name in self.lifecycle:
+            wanted = str(args.get("name"))
+            if wanted not in self.business:
+                return self._error("unknown_tool", f"no tool named {wanted}")
+            schema = self.business[wanted].schema()
+            self.materialized.add(wanted)
+            self.gateway.trace.append("materialize", tools=[wanted], tokens=count_tokens(canonical_json(schema)))
+            return self._ok(schema)
+        if name not in self.business or name not in self.materialized:
+            hint = " (load it with describe_tool first)" if name in self.business else ""
             self.gateway.trace.append("tool_error", tool=name, reason="unknown_tool")
-            return self._error("unknown_tool", f"no tool named {name}")
+            return self._error("unknown_tool", f"no tool named {name}{hint}")
         args = dict(args)
         key = args.pop(KEY_PARAM, None) if self.mechanisms.keys and name in self.writes else None
         return self._render(self.gateway.invoke(name, args, str(key) if key is not None else None), key)
