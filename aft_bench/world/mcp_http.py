@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
-from aft_bench.world.mcp_stdio import (CLIENT_INFO, PROTOCOL_VERSION, ServerFailed, ToolAnswer, _RpcError,
-                                       _start_in_own_group)
+from aft_bench.world.mcp_stdio import (CLIENT_INFO, PROTOCOL_VERSION, Connection, ServerFailed, ToolAnswer,
+                                       _RpcError, _start_in_own_group)
 
 
 def free_port() -> int:
@@ -25,7 +25,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class HttpServer:
+class HttpServer(Connection):
     """One server process behind a URL on 127.0.0.1. `start()`, then `tools()` / `call()`, then `stop()`."""
 
     def __init__(self, command: Sequence[str], url: str, *, cwd: Path, env: Mapping[str, str] | None = None,
@@ -113,26 +113,11 @@ class HttpServer:
         self.stop()
 
     # -- protocol --------------------------------------------------------------------------------------------
-    def tools(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(100):
-            result = self._request("tools/list", {"cursor": cursor} if cursor else {})
-            out += list(result.get("tools") or [])
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return out
-        raise ServerFailed("tools/list never stopped paginating (100 pages)")
-
     def call(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
         try:
-            result = self._request("tools/call", {"name": name, "arguments": dict(arguments)})
-        except _RpcError as exc:
-            return ToolAnswer(({"type": "text", "text": str(exc)},), True)
+            return super().call(name, arguments)
         except httpx.TransportError as exc:
             raise ServerFailed(f"the server at {self.url} failed while answering {name}: {exc}") from None
-        content = tuple(b for b in (result.get("content") or []) if isinstance(b, dict))
-        return ToolAnswer(content, bool(result.get("isError", False)), result.get("structuredContent"))
 
     def _headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}

@@ -56,7 +56,35 @@ def _start_in_own_group() -> None:
     die_with_parent(signal.SIGKILL)
 
 
-class StdioServer:
+class Connection:
+    """What every transport shares: tools/list (following pagination) and tools/call over its `_request`."""
+
+    def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists (following pagination), as the server describes them."""
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(100):
+            result = self._request("tools/list", {"cursor": cursor} if cursor else {})
+            out += list(result.get("tools") or [])
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return out
+        raise ServerFailed("tools/list never stopped paginating (100 pages)")
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
+        """tools/call; a JSON-RPC error (an unknown tool, refused arguments) is an answer with `isError`."""
+        try:
+            result = self._request("tools/call", {"name": name, "arguments": dict(arguments)})
+        except _RpcError as exc:
+            return ToolAnswer(({"type": "text", "text": str(exc)},), True)
+        content = tuple(b for b in (result.get("content") or []) if isinstance(b, dict))
+        return ToolAnswer(content, bool(result.get("isError", False)), result.get("structuredContent"))
+
+
+class StdioServer(Connection):
     """One server process. Use `start()`, then `tools()` / `call()`, then `stop()` (also on every error path)."""
 
     def __init__(self, command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
@@ -132,27 +160,6 @@ class StdioServer:
         self.stop()
 
     # -- protocol --------------------------------------------------------------------------------------------
-    def tools(self) -> list[dict[str, Any]]:
-        """Every tool the server lists (following pagination), as the server describes them."""
-        out: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(100):
-            result = self._request("tools/list", {"cursor": cursor} if cursor else {})
-            out += list(result.get("tools") or [])
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return out
-        raise ServerFailed("tools/list never stopped paginating (100 pages)")
-
-    def call(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
-        """tools/call; a JSON-RPC error (an unknown tool, refused arguments) is an answer with `isError`."""
-        try:
-            result = self._request("tools/call", {"name": name, "arguments": dict(arguments)})
-        except _RpcError as exc:
-            return ToolAnswer(({"type": "text", "text": f"MCP error {exc.code}: {exc.message}"},), True)
-        content = tuple(b for b in (result.get("content") or []) if isinstance(b, dict))
-        return ToolAnswer(content, bool(result.get("isError", False)), result.get("structuredContent"))
-
     def _read(self, stream: Any) -> None:
         try:
             for line in iter(lambda: stream.readline(MAX_LINE), b""):
