@@ -66,7 +66,8 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "gateway_status_claims_fs",
                                                                        "gateway_status_terminal_git",
                                                                        "gateway_discovery_context",
-                                                                       "gateway_discovery_recall"]
+                                                                       "gateway_discovery_recall",
+                                                                       "gateway_status_claims_git"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 
