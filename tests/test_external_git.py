@@ -199,9 +199,10 @@ def test_a_probe_that_prints_no_json_fails_the_episode_naming_the_world() -> Non
         _play_world(bad)
 
 
-def _play_world(world: object) -> EpisodeResult:
+def _play_world(world: object, *faults: tuple[str, str]) -> EpisodeResult:
     task = _commit_task()
-    setup = ExternalSetup(world, task, load_conditions().resolve("GW-bare"))  # type: ignore[arg-type]
+    sched = GatewaySchedule(id="t", faults=tuple(GatewayFault(kind=k, tool=t) for k, t in faults))  # type: ignore[arg-type]
+    setup = ExternalSetup(world, task, load_conditions().resolve("GW-bare"), sched)  # type: ignore[arg-type]
     return asyncio.run(run_external_episode(setup, DeterministicAgent(Params(), task.script)))
 
 
@@ -225,12 +226,44 @@ def test_a_killed_runner_leaves_no_server_behind(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     pid = int(proc.stdout.readline())  # type: ignore[union-attr]
     assert not _gone(pid)
+    launcher = _parent(pid)  # the forked launcher that forked this server, itself a child of the runner
+    assert launcher != proc.pid and _parent(launcher) == proc.pid
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
+    while not (_gone(pid) and _gone(launcher)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(pid)
+    assert _gone(pid) and _gone(launcher)
+
+
+def _parent(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
+def test_a_forked_server_plays_the_episode_a_server_started_from_nothing_plays() -> None:
+    """The forked launcher changes how a server process starts, never what it does: the same episode, started
+    either way, gives the same sealed trace and labels, on both pinned versions."""
+    for version in (None, OLD):
+        world = GIT.with_version(version) if version else GIT
+        assert world.server.fork is not None
+        forked = _play_world(world, ("response_loss", "git_commit"))
+        fresh = _play_world(world.model_copy(update={"server": world.server.model_copy(update={"fork": None})}),
+                            ("response_loss", "git_commit"))
+        assert forked.trace_head == fresh.trace_head and forked.labels == fresh.labels
+        assert forked.labels.fault_fired and [e.kind for e in forked.events].count("server_answer") == 3
+
+
+def test_a_launcher_that_cannot_load_its_server_or_whose_server_crashes_says_why(tmp_path: Path) -> None:
+    here = (sys.executable, "no_such_module_anywhere:main", ())
+    with pytest.raises(ServerFailed, match="the forked launcher could not load no_such_module_anywhere:main: "
+                                           "ModuleNotFoundError: No module named 'no_such_module_anywhere'"):
+        StdioServer(["server"], cwd=tmp_path, fork=here, timeout_s=30).start()
+    log = tmp_path / "err.log"
+    crashing = (sys.executable, "json:loads", ("json",))  # a function that fails without its argument
+    with pytest.raises(ServerFailed, match=r"exited \(status 1\) before it answered initialize; its last words: "
+                                           r"TypeError: loads\(\) missing 1 required positional argument"):
+        StdioServer(["server"], cwd=tmp_path, fork=crashing, stderr_path=log, timeout_s=30).start()
 
 
 # -- a matrix on the real server: executors agree, a killed run resumes with nothing lost or duplicated ---------
@@ -256,15 +289,17 @@ def _labels(out: Path) -> list[tuple]:
 
 
 def _servers_under(folder: Path) -> list[int]:
+    """Live processes working in an episode folder under `folder` (a server runs in its resource, whether it was
+    started from nothing or forked by the launcher, whose children keep the launcher's command line)."""
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+                cwd = os.readlink(d / "cwd")
                 state = (d / "status").read_text()
             except OSError:
                 continue
-            if str(folder) in cmd and "mcp-server-git" in cmd and "zombie" not in state:
+            if cwd.startswith(str(folder) + "/") and "zombie" not in state:
                 found.append(int(d.name))
     return found
 
@@ -363,3 +398,28 @@ def test_selective_discovery_at_the_gateway_loads_only_what_the_task_needs() -> 
     assert selective.labels.outcome == eager.labels.outcome == "completed"
     assert selective.labels.capability_recall == 1.0
     assert selective.labels.context_tokens < eager.labels.context_tokens / 3
+
+
+def test_the_git_probe_reads_head_on_a_branch_detached_and_unborn(tmp_path: Path) -> None:
+    """HEAD is read from the repository's own file where it is plain, and agrees with git rev-parse."""
+    from aft_bench.world.resource import Resource, probe_git
+
+    res = Resource(GIT, tmp_path).make()
+    env, root = res.env(), res.root
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, env={**os.environ, **env}, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        head = probe_git(root, env, 10)["records"]["head"]["HEAD"]
+        assert head == {"branch": "main", "commit": git("rev-parse", "HEAD")}
+        git("checkout", "-q", "--detach", "release")
+        snap = probe_git(root, env, 10)["records"]
+        assert snap["head"]["HEAD"] == {"branch": None, "commit": git("rev-parse", "release")}
+        git("checkout", "-q", "--orphan", "fresh")
+        snap = probe_git(root, env, 10)["records"]
+        assert snap["head"]["HEAD"] == {"branch": "fresh", "commit": None} and "fresh" not in snap["branches"]
+        assert set(snap["staged"]) == {"README.md", "notes.txt", "src/app.py"}  # against an unborn HEAD: all new
+    finally:
+        res.remove()

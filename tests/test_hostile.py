@@ -665,6 +665,8 @@ NOT_EVIDENCE_TEXT = {
     ("world/mcp_stdio.py", 'open(self.stderr_path, "ab")'): "a real server's stderr, in the episode's scratch folder, "
     "removed when the episode ends; its last line reaches only an error message, redacted where that is recorded",
     ("world/mcp_http.py", 'open(self.stderr_path, "ab")'): "an HTTP server's stderr, as for stdio servers above",
+    ("world/launcher.py", 'os.fdopen(in_w, "wb")'): "the pipe to a forked server's stdin (its JSON-RPC requests), "
+    "not a file",
     ("world/resource.py", 'p.write_text(text, encoding="utf-8")'): "an external world's fixture files: the world's "
     "own data, written into the episode's fresh folder",
 }

@@ -156,7 +156,7 @@ class Gateway:
                                      timeout_s=srv.start_timeout_s).start()
         else:
             self.server = StdioServer(srv.argv(root), cwd=root, env={**self.resource.env(), **srv.environment(root)},
-                                      stderr_path=log, timeout_s=srv.start_timeout_s).start()
+                                      stderr_path=log, timeout_s=srv.start_timeout_s, fork=srv.launch(root)).start()
         self.server.timeout_s = self.world.server.call_timeout_s
         self.listed = self.server.tools()
         self.start_s += time.perf_counter() - t0

@@ -24,6 +24,7 @@ from aft_bench.common.paths import ROOT
 EXTERNAL_KINDS = ("mcp_stdio", "mcp_http")  # a real MCP server over stdio, or over streamable HTTP on 127.0.0.1
 WORKSPACE = "/workspace"  # the resource folder as agents see it: the gateway maps it to the episode's real folder
 SERVERS_ENV = "AFT_BENCH_SERVERS"  # where `make worlds` installed the pinned servers (default: .worlds/)
+FORK_ENV = "AFT_BENCH_FORK"  # "0": start every server from nothing, even where its world declares [server.fork]
 
 
 def servers_dir() -> Path:
@@ -32,6 +33,15 @@ def servers_dir() -> Path:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Fork(_Strict):
+    """A Python server started by the forked launcher (world/launcher.py): its interpreter (`{servers}`,
+    `{version}` expanded), the `module:function` its command runs, and the modules to import once before forking."""
+
+    python: str
+    entry: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    preload: tuple[str, ...] = ()
 
 
 class Server(_Strict):
@@ -47,6 +57,21 @@ class Server(_Strict):
     # a server with no stdio: its streamable-HTTP endpoint on 127.0.0.1, `{port}` a free port chosen per start
     # (also given to `command`); the lost response is then the gateway not delivering what the POST returned
     url: str | None = Field(default=None, pattern=r"^http://127\.0\.0\.1:")
+    # a stdio Python server forked per episode from one pre-imported process instead of started from nothing
+    # (the command's arguments become its sys.argv); the process is still new, its resource its own
+    fork: Fork | None = None
+
+    @model_validator(mode="after")
+    def _fork_stdio(self) -> Server:
+        if self.fork is not None and self.url is not None:
+            raise FieldProblem("fork", self.fork.entry, "the forked launcher starts stdio servers, not HTTP ones")
+        return self
+
+    def launch(self, root: Path) -> tuple[str, str, tuple[str, ...]] | None:
+        """The forked launcher to start this server with (its interpreter, entry, preloads), or None."""
+        if self.fork is None or os.environ.get(FORK_ENV) == "0":
+            return None
+        return expand(self.fork.python, root, self.version), self.fork.entry, self.fork.preload
 
     def argv(self, root: Path, port: int | None = None) -> list[str]:
         return [_port(expand(a, root, self.version), port) for a in self.command]

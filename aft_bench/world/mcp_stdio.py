@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from aft_bench.common.lifetime import die_with_parent
+from aft_bench.world.launcher import ForkedProcess, LaunchFailed, launcher
 
 PROTOCOL_VERSION = "2025-06-18"  # what we ask for; the server's answer is recorded, whatever it picks
 CLIENT_INFO = {"name": "aft-bench-gateway", "version": "1"}
@@ -88,15 +89,19 @@ class StdioServer(Connection):
     """One server process. Use `start()`, then `tools()` / `call()`, then `stop()` (also on every error path)."""
 
     def __init__(self, command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
-                 stderr_path: Path | None = None, timeout_s: float = 30.0) -> None:
+                 stderr_path: Path | None = None, timeout_s: float = 30.0,
+                 fork: tuple[str, str, Sequence[str]] | None = None) -> None:
+        """`fork`: (interpreter, `module:function`, preloads) to fork the server from a pre-imported launcher
+        instead of starting `command` (whose arguments it then gets as sys.argv)."""
         self.command = list(command)
+        self.fork = fork
         self.cwd = cwd
         self.env = dict(env or {})
         self.timeout_s = timeout_s
         self.stderr_path = stderr_path
         self.server_info: dict[str, Any] = {}
         self.protocol: str | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._next_id = 0
 
@@ -107,6 +112,13 @@ class StdioServer(Connection):
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> StdioServer:
         env = {**os.environ, **self.env}
+        if self.fork is not None:
+            try:
+                self.proc = launcher(*self.fork, self.timeout_s).spawn(self.command, self.cwd, env, self.stderr_path,
+                                                                      self.timeout_s)
+            except LaunchFailed as exc:
+                raise ServerFailed(str(exc)) from None
+            return self._begin()
         err = open(self.stderr_path, "ab") if self.stderr_path is not None else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.PIPE,
@@ -116,6 +128,11 @@ class StdioServer(Connection):
         finally:
             if err is not subprocess.DEVNULL:
                 err.close()
+        return self._begin()
+
+    def _begin(self) -> StdioServer:
+        """Read the started process's output and initialize the session."""
+        assert self.proc is not None
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
         try:
             result = self._request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},

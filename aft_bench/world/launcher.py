@@ -1,0 +1,169 @@
+"""The forked launcher: one pre-imported process per Python server (and per runner process) that forks a fresh
+server for each episode, so an episode pays a fork (milliseconds) instead of an interpreter's start-up and
+imports (about a second for mcp-server-git). Each server is still a new process on its own resource, never reused;
+only the imports are shared, read-only, from before the fork. A world opts in with `[server.fork]`.
+
+The launcher runs `zygote.py` with the server's own interpreter. When this process exits or is killed, the
+launcher's socket closes and it kills every server it started, which also die with it (no orphans).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+# run the zygote as a script without its folder (aft_bench/world, whose module names could shadow the standard
+# library's) or the current folder on sys.path, with the interpreter's usual environment and site handling
+BOOT = "import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+MAX_MESSAGE = 1 << 20
+
+
+class LaunchFailed(Exception):
+    """The launcher did not start, could not import the server, or stopped answering; the message says which."""
+
+
+def _own_group() -> None:
+    os.setpgid(0, 0)  # a Ctrl-C at the terminal is the runner's to handle: the launcher ends when its socket does
+
+
+class Launcher:
+    """A running zygote for one (interpreter, entry point, preloaded modules); thread-safe."""
+
+    def __init__(self, python: str, entry: str, preload: Sequence[str], timeout_s: float) -> None:
+        self.key = (python, entry, tuple(preload))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        self._lock = threading.Lock()
+        spec = {"fd": theirs.fileno(), "entry": entry, "preload": list(preload)}
+        try:
+            self.proc = subprocess.Popen([python, "-c", BOOT, str(ZYGOTE), json.dumps(spec)], pass_fds=[theirs.fileno()],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, preexec_fn=_own_group)
+        except OSError as exc:
+            ours.close()
+            raise LaunchFailed(f"cannot start the forked launcher {python!r}: {exc.strerror or exc}") from None
+        finally:
+            theirs.close()
+        try:
+            ready = self._receive(timeout_s, "start")
+        except LaunchFailed:
+            self.close()
+            raise
+        if "error" in ready:
+            self.close()
+            raise LaunchFailed(f"the forked launcher could not load {entry}: {ready['error']}")
+
+    def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
+        self._sock.settimeout(timeout_s)
+        try:
+            data = self._sock.recv(MAX_MESSAGE)
+        except socket.timeout:
+            raise LaunchFailed(f"the forked launcher did not answer {what} within {timeout_s:g} s") from None
+        except OSError as exc:
+            raise LaunchFailed(f"the forked launcher failed during {what}: {exc}") from None
+        if not data:
+            raise LaunchFailed(f"the forked launcher exited during {what}")
+        return json.loads(data)
+
+    def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stderr_path: Path | None,
+              timeout_s: float) -> ForkedProcess:
+        """A fresh server process with pipes for its stdin and stdout, its stderr appended to `stderr_path`."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err = os.open(stderr_path if stderr_path is not None else os.devnull,
+                      os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            request = {"op": "spawn", "argv": list(argv), "cwd": str(cwd), "env": dict(env)}
+            with self._lock:
+                try:
+                    socket.send_fds(self._sock, [json.dumps(request).encode()], [in_r, out_w, err])
+                except OSError as exc:
+                    raise LaunchFailed(f"the forked launcher is gone: {exc}") from None
+                answer = self._receive(timeout_s, "spawn")
+        except BaseException:
+            os.close(in_w)
+            os.close(out_r)
+            raise
+        finally:
+            for fd in (in_r, out_w, err):
+                os.close(fd)
+        return ForkedProcess(int(answer["pid"]), os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), self)
+
+    def reap(self, pid: int) -> int | None:
+        """The exit status of a child that has exited (it is a zombie until this asks)."""
+        with self._lock:
+            try:
+                self._sock.send(json.dumps({"op": "reap", "pid": pid}).encode())
+                return self._receive(10.0, "reap").get("status")
+            except (OSError, LaunchFailed):
+                return None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkedProcess:
+    """A server the launcher forked, with the part of `subprocess.Popen` the stdio client uses (pid, stdin,
+    stdout, poll, wait); its exit is watched through a pidfd, its status asked of the launcher."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], launcher: Launcher) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.returncode: int | None = None
+        self._launcher = launcher
+        self._pidfd: int | None = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        return self._settle(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._settle(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        return code
+
+    def _settle(self, timeout: float | None) -> int | None:
+        if self.returncode is not None or self._pidfd is None:
+            return self.returncode
+        ready, _, _ = select.select([self._pidfd], [], [], timeout)
+        if not ready:
+            return None
+        os.close(self._pidfd)
+        self._pidfd = None
+        status = self._launcher.reap(self.pid)
+        self.returncode = status if status is not None else -int(signal.SIGKILL)
+        return self.returncode
+
+
+_LAUNCHERS: dict[tuple[int, tuple[str, str, tuple[str, ...]]], Launcher] = {}
+_LAUNCHERS_LOCK = threading.Lock()
+
+
+def launcher(python: str, entry: str, preload: Sequence[str], timeout_s: float) -> Launcher:
+    """This process's launcher for that server, started on first use (a process forked from this one starts its
+    own: a socket is never shared between processes)."""
+    key = (os.getpid(), (python, entry, tuple(preload)))
+    with _LAUNCHERS_LOCK:
+        found = _LAUNCHERS.get(key)
+        if found is not None and found.alive:
+            return found
+        made = _LAUNCHERS[key] = Launcher(python, entry, preload, timeout_s)
+        return made
