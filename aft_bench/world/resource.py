@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -120,16 +121,62 @@ def _command_probe(spec: Probe, root: Path, env: dict[str, str]) -> Any:
         raise ResourceFailed(f"{argv[0]!r} printed something other than JSON: {head!r}") from None
 
 
+GIT = ("git", "-c", "safe.directory=*", "-c", "core.quotepath=off")
+
+
 def _git(root: Path, env: dict[str, str], timeout: float, *args: str) -> str:
-    argv = ["git", "-c", "safe.directory=*", "-c", "core.quotepath=off", *args]
+    return _gits(root, env, timeout, args)[0]
+
+
+def _gits(root: Path, env: dict[str, str], timeout: float, *commands: Sequence[str]) -> list[str]:
+    """Run read-only git commands side by side (each is a process start; together they cost about one) and
+    return their outputs in order; the first that fails or overruns `timeout` fails the probe."""
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        done = subprocess.run(argv, cwd=root, env={**os.environ, **env}, capture_output=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ResourceFailed(f"git {args[0]}: {exc}") from None
-    if done.returncode != 0:
-        raise ResourceFailed(f"git {' '.join(args)} exited {done.returncode}: "
-                             f"{done.stderr.decode(errors='replace').strip()[:200]}")
-    return done.stdout.decode("utf-8", errors="replace")
+        for args in commands:
+            try:
+                procs.append(subprocess.Popen([*GIT, *args], cwd=root, env={**os.environ, **env},
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            except OSError as exc:
+                raise ResourceFailed(f"git {args[0]}: {exc}") from None
+        deadline = time.monotonic() + timeout
+        outs = []
+        for args, proc in zip(commands, procs):
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise ResourceFailed(f"git {args[0]}: did not finish within {timeout:g} s") from None
+            if proc.returncode != 0:
+                raise ResourceFailed(f"git {' '.join(args)} exited {proc.returncode}: "
+                                     f"{err.decode(errors='replace').strip()[:200]}")
+            outs.append(out.decode("utf-8", errors="replace"))
+        return outs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+def _head(root: Path, env: dict[str, str], timeout: float, branches: dict[str, dict[str, Any]],
+          has_commits: bool) -> dict[str, Any]:
+    """HEAD's branch (None when detached) and commit, read from the repository's HEAD file where it is the plain
+    form (`ref: refs/heads/NAME` or a commit id), else with `git rev-parse`."""
+    try:
+        text = (root / ".git" / "HEAD").read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if text.startswith("ref: refs/heads/"):
+        name = text.removeprefix("ref: refs/heads/")
+        return {"branch": name, "commit": branches[name]["commit"] if name in branches and has_commits else None}
+    if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+        return {"branch": None, "commit": text}
+    head_branch = _git(root, env, timeout, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    return {"branch": None if head_branch == "HEAD" else head_branch,
+            "commit": _git(root, env, timeout, "rev-parse", "HEAD").strip() if has_commits else None}
 
 
 def _file_record(p: Path) -> dict[str, Any]:
@@ -147,7 +194,10 @@ def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]
     """Commits reachable from any ref (message, tree, parents, whether it changed nothing), branches, HEAD, the
     index's staged paths and the work tree's files, read with git plumbing."""
     commits: dict[str, dict[str, Any]] = {}
-    log = _git(root, env, timeout, "log", "--all", "--format=%H%x00%T%x00%P%x00%B%x1e")
+    log, refs, cached, listed = _gits(
+        root, env, timeout, ("log", "--all", "--format=%H%x00%T%x00%P%x00%B%x1e"),
+        ("for-each-ref", "--format=%(refname:short)%00%(objectname)", "refs/heads"),
+        ("diff", "--cached", "--name-status", "-z"), ("ls-files", "-z", "--cached", "--others", "--exclude-standard"))
     trees: dict[str, str] = {}
     rows = []
     for entry in log.split("\x1e"):
@@ -162,16 +212,12 @@ def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]
         commits[sha] = {"message": body, "tree": tree, "parents": parents,
                         "empty": first is not None and trees.get(first) == tree}
     branches = {}
-    for line in _git(root, env, timeout, "for-each-ref", "--format=%(refname:short)%00%(objectname)",
-                     "refs/heads").splitlines():
+    for line in refs.splitlines():
         name, _, sha = line.partition("\x00")
         branches[name] = {"commit": sha}
-    head_branch = _git(root, env, timeout, "rev-parse", "--abbrev-ref", "HEAD").strip()
-    head = {"branch": None if head_branch == "HEAD" else head_branch,
-            "commit": _git(root, env, timeout, "rev-parse", "HEAD").strip() if commits else None}
+    head = _head(root, env, timeout, branches, bool(commits))
     staged = {}
-    out = _git(root, env, timeout, "diff", "--cached", "--name-status", "-z")
-    parts = [x for x in out.split("\x00") if x]
+    parts = [x for x in cached.split("\x00") if x]
     i = 0
     while i < len(parts):
         status = parts[i]
@@ -179,7 +225,6 @@ def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]
         staged[parts[i + n - 1]] = {"status": status[:1]}
         i += n
     files = {}
-    listed = _git(root, env, timeout, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for rel in sorted(set(x for x in listed.split("\x00") if x)):
         p = root / rel
         if p.is_file():
