@@ -67,7 +67,7 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
                                                                        "gateway_status_terminal_git",
                                                                        "gateway_discovery_context",
                                                                        "gateway_discovery_recall",
-                                                                       "gateway_status_claims_git"]
+                                                                       "gateway_status_claims_git", "gateway_status_claims_memory"]
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 

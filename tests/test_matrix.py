@@ -222,7 +222,7 @@ def test_list_and_summarize(tmp_path: Path, capsys) -> None:
                                        "gateway_status_recovery_git", "gateway_status_claims",
                                        "gateway_status_claims_fs", "gateway_status_terminal_git",
                                        "gateway_discovery_context", "gateway_discovery_recall",
-                                       "gateway_status_claims_git"]
+                                       "gateway_status_claims_git", "gateway_status_claims_memory"]
     for what in ("conditions", "workloads", "worlds", "faults"):
         assert main(["list", what, "--worlds", str(WORLDS)]) == 0
     assert "I5-guards" in capsys.readouterr().out
