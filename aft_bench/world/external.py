@@ -209,7 +209,16 @@ class ExternalWorld(_Strict):
 
     @cached_property
     def hash(self) -> str:
-        return digest(self.model_dump(mode="json"))
+        """The world's identity in rows and traces. How its server process is launched (`server.fork`) is left out:
+        a forked server plays exactly what one started from nothing plays (tests/test_external_git.py)."""
+        return digest(self.model_dump(mode="json", exclude={"server": {"fork"}}))
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> ExternalWorld:
+        """A copy whose hash is its own: pydantic copies the instance's dict, a cached hash of the original with it
+        (a world at another version, or with another server, would otherwise carry the original's hash)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("hash", None)
+        return copy
 
     def with_version(self, version: str) -> ExternalWorld:
         """The same world on another installed version of its server (`world@version`)."""

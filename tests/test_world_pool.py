@@ -1,0 +1,139 @@
+"""The pool of prepared external worlds (issue 41): the next episode's resource and server are made while this one
+plays, never reused, drained with nothing left behind; real servers throughout (mcp-server-git and the node
+memory server), nothing mocked."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from aft_bench.world import pool
+from aft_bench.world.external import load_external
+from aft_bench.world.pool import Pool
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT = load_external(ROOT / "worlds" / "git")
+MEMORY = load_external(ROOT / "worlds" / "memory")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def _until(cond, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+@pytest.mark.parametrize("world", [GIT, MEMORY], ids=["git (forked)", "memory (node)"])
+def test_a_repeated_world_is_prepared_ahead_and_never_handed_out_twice(world, tmp_path: Path) -> None:
+    p = Pool()
+    taken = [p.take(world, tmp_path) for _ in range(4)]
+    try:
+        # the first two are made when asked; from the second on, the next one is made ahead
+        assert [t.ahead for t in taken] == [False, False, True, True]
+        assert len({t.resource.root for t in taken}) == 4 and len({t.server.pid for t in taken}) == 4
+        assert all(t.s0 == taken[0].s0 for t in taken)  # each a fresh resource in the same state
+        assert all(t.listed == taken[0].listed for t in taken)
+    finally:
+        for t in taken:
+            t.discard()
+    ahead = [f for f in p._made]  # the fifth, made ahead for an episode that will not come
+    assert len(ahead) == 1
+    fifth = ahead[0].result()
+    pid, root = fifth.server.pid, fifth.resource.root
+    assert _alive(pid) and root.is_dir()
+    assert p.drain(tmp_path) == 1
+    assert not root.exists() and _until(lambda: not _alive(pid))
+    assert sorted(x.name for x in tmp_path.iterdir()) == []
+
+
+def test_a_folder_asked_for_once_is_never_prepared_ahead(tmp_path: Path) -> None:
+    """A Dask worker runs each cell in its own private folder: nothing is made there for nobody."""
+    p = Pool()
+    for i in range(2):
+        parent = tmp_path / f"cell-{i}"
+        parent.mkdir()
+        got = p.take(GIT, parent)
+        got.discard()
+    assert p._made == {} and p.drain() == 0
+
+
+def test_a_world_prepared_ahead_whose_folder_was_removed_is_discarded_and_made_again(tmp_path: Path) -> None:
+    import shutil
+
+    p = Pool()
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    for _ in range(2):
+        p.take(GIT, parent).discard()
+    waiting = next(iter(p._made)).result()
+    pid = waiting.server.pid
+    assert pid is not None and _alive(pid)
+    shutil.rmtree(waiting.resource.root)
+    got = p.take(GIT, parent)
+    try:
+        assert got.resource.root.is_dir() and not got.ahead and got.resource.root != waiting.resource.root
+        assert _until(lambda: not _alive(pid))
+    finally:
+        got.discard()
+        p.drain()
+
+
+def test_a_world_that_cannot_be_prepared_fails_the_take_and_leaves_nothing(tmp_path: Path) -> None:
+    bad = GIT.model_copy(update={"server": GIT.server.model_copy(update={"command": ("/nonexistent/server",),
+                                                                         "fork": None})})
+    p = Pool()
+    for _ in range(3):
+        with pytest.raises(Exception, match="cannot start '/nonexistent/server'"):
+            p.take(bad, tmp_path)
+    p.drain()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_pool_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(pool.POOL_ENV, "0")
+    for _ in range(3):
+        got = pool.take(GIT, tmp_path)
+        assert not got.ahead
+        got.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_world_at_another_version_or_with_another_server_has_its_own_hash() -> None:
+    """Rows record the world's hash and the pool keys prepared worlds by it: a copy must never keep the original's
+    cached hash, which pydantic's model_copy would carry over."""
+    original = GIT.hash  # cached on the original first
+    older = GIT.with_version("2025.11.25")
+    other = GIT.model_copy(update={"server": GIT.server.model_copy(update={"call_timeout_s": 7.0})})
+    assert len({original, older.hash, other.hash}) == 3
+    # how the server is launched is not part of the world's identity (the same episode either way)
+    assert GIT.model_copy(update={"server": GIT.server.model_copy(update={"fork": None})}).hash == original
+    assert older.hash == load_external(ROOT / "worlds" / "git").with_version("2025.11.25").hash
+
+
+def test_a_world_started_from_nothing_never_gets_a_server_prepared_by_the_forked_launcher(tmp_path: Path) -> None:
+    from aft_bench.world.launcher import ForkedProcess
+
+    fresh = GIT.model_copy(update={"server": GIT.server.model_copy(update={"fork": None})})
+    p = Pool()
+    kinds = []
+    for world in (GIT, fresh) * 3:
+        got = p.take(world, tmp_path)
+        kinds.append((world.server.fork is not None, isinstance(got.server.proc, ForkedProcess), got.ahead))
+        got.discard()
+    p.drain()
+    assert [k[:2] for k in kinds] == [(True, True), (False, False)] * 3
+    assert [k[2] for k in kinds] == [False, False, False, False, True, True]  # each kind prepared its own ahead
