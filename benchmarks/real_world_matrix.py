@@ -3,10 +3,11 @@ task clusters x the key comparison's two conditions (GW-key, GW-bare), 96 episod
 
     .venv/bin/python benchmarks/real_world_matrix.py [--workers 2] [--starts 5]
 
-Runs the matrix twice, with every server started from nothing (AFT_BENCH_FORK=0) and as shipped (mcp-server-git
-forked from its pre-imported launcher), checks both give the same rows, and prints each wall beside the sum of
-bare start-ups (each world's median start from nothing, initialize and tools/list, times its episodes). Needs
-`make worlds`.
+Runs the matrix four times: every server started from nothing when its episode opens (AFT_BENCH_FORK=0
+AFT_BENCH_POOL=0), the same with the next episode's world prepared ahead (the pool), mcp-server-git forked from its
+pre-imported launcher without the pool, and as shipped (forked and pooled); checks all give the same rows, and
+prints each wall beside the sum of bare start-ups (each world's median start from nothing, initialize and
+tools/list, times its episodes). Needs `make worlds`.
 """
 
 from __future__ import annotations
@@ -53,8 +54,16 @@ def bare_start(name: str, n: int) -> float:
     return statistics.median(times)
 
 
-def run(config: Path, out: Path, workers: int, fork: bool) -> float:
-    env = {**os.environ, "AFT_BENCH_FORK": "1" if fork else "0"}
+MODES = {  # name -> (AFT_BENCH_FORK, AFT_BENCH_POOL)
+    "every server from nothing, no pool": ("0", "0"),
+    "every server from nothing, pooled": ("0", "1"),
+    "mcp-server-git forked, no pool": ("1", "0"),
+    "forked and pooled (as shipped)": ("1", "1"),
+}
+
+
+def run(config: Path, out: Path, workers: int, fork: str, pool: str) -> float:
+    env = {**os.environ, "AFT_BENCH_FORK": fork, "AFT_BENCH_POOL": pool}
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "run", str(config), "--out", str(out),
                            "--workers", str(workers)], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -84,14 +93,13 @@ def main() -> None:
         config = Path(tmp) / "real_world_matrix.toml"
         config.write_text(CONFIG)
         rows = {}
-        for fork in (False, True):
-            out = Path(tmp) / ("forked" if fork else "fresh")
-            wall = run(config, out, a.workers, fork)
-            rows[fork] = labels(out)
-            how = "mcp-server-git forked" if fork else "every server from nothing"
-            print(f"matrix, {how}, --workers {a.workers}: {len(rows[fork])} runs in {wall:.1f} s, "
+        for i, (how, (fork, pool)) in enumerate(MODES.items()):
+            out = Path(tmp) / f"mode-{i}"
+            wall = run(config, out, a.workers, fork, pool)
+            rows[how] = labels(out)
+            print(f"matrix, {how}, --workers {a.workers}: {len(rows[how])} runs in {wall:.1f} s, "
                   f"wall / sum of bare start-ups {wall / total:.2f}")
-        print("rows equal both ways:", rows[False] == rows[True])
+        print("rows equal every way:", all(r == rows[how] for r in rows.values()))
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 

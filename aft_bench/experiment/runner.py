@@ -21,6 +21,7 @@ from aft_bench.experiment.config import Matrix
 from aft_bench.experiment.journal import Journal, UnrecordableRow, append_record, ids
 from aft_bench.experiment.rundir import RunDirectory
 from aft_bench.experiment.spend import Spend
+from aft_bench.world import pool
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
@@ -57,6 +58,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
             rundir.quarantine([matrix.cells[i].run_id for i in pending], session)
             (out / "traces").mkdir(exist_ok=True)
             # external worlds' episode folders: what a killed session left (its servers died with it) goes now
+            pool.drain(out / SCRATCH)
             shutil.rmtree(out / SCRATCH, ignore_errors=True)
             extra = {"config_hash": matrix.config_hash, "lock_hash": lock_hash,
                      "code_version": manifest_data["code"]["version"], "session": session, **(row_extra or {})}
@@ -72,6 +74,7 @@ def run_matrix(matrix: Matrix, out: Path, progress: Progress | None = None, work
                 append_record(out / "sessions.jsonl", {"session": session, "endpoint_limits": limits})
         finally:
             journal.close()
+            pool.drain(out / SCRATCH)  # worlds this process prepared ahead for episodes that never came
             shutil.rmtree(out / SCRATCH, ignore_errors=True)
         order = {c.run_id: i for i, c in enumerate(matrix.cells)}
         rows = sorted(journal.rows, key=lambda r: order.get(r["run_id"], len(order)))

@@ -13,7 +13,6 @@ invocation, and verification answered from the probe.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,9 +25,9 @@ from aft_bench.common.canonical import canonical_json, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import InputError
 from aft_bench.runtime.trace import Trace
-from aft_bench.world import snapshot
+from aft_bench.world import pool, snapshot
 from aft_bench.world.external import WORKSPACE, ExternalWorld, check_tools
-from aft_bench.world.mcp_http import HttpServer, free_port
+from aft_bench.world.mcp_http import HttpServer
 from aft_bench.world.mcp_stdio import ServerFailed, StdioServer, ToolAnswer
 from aft_bench.world.resource import Resource, ResourceFailed
 
@@ -105,7 +104,8 @@ class Gateway:
         self.trace = trace
         self.schedule = schedule
         self.keys = keys
-        self.resource = Resource(world, resource_parent)
+        self.resource_parent = resource_parent
+        self.resource: Resource | None = None  # made (or taken from the pool prepared ahead) by open()
         self.server: StdioServer | HttpServer | None = None
         self.listed: list[dict[str, Any]] = []
         self.s0: dict[str, Any] = {}
@@ -118,10 +118,13 @@ class Gateway:
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def open(self) -> Gateway:
+        """A fresh resource with its s0 snapshot and a started server (prepared ahead by the process's pool while
+        an earlier episode played, where it could be), its tools checked against the world's overlay."""
         try:
-            self.resource.make()
-            self.s0 = self.state = self.resource.probe()
-            self._start_server()
+            prepared = pool.take(self.world, self.resource_parent)
+            self.resource, self.server, self.listed = prepared.resource, prepared.server, prepared.listed
+            self.s0 = self.state = prepared.s0
+            self.start_s += prepared.start_s
             check_tools(self.world, self.listed, self.world.source)
         except ResourceFailed as exc:  # its message names the world already
             self.close()
@@ -145,29 +148,23 @@ class Gateway:
         return self
 
     def _start_server(self) -> None:
-        root = self.resource.root
-        t0 = time.perf_counter()
-        srv = self.world.server
-        log = root.parent / f"{root.name}.server.log"
-        if srv.url is not None:  # streamable HTTP on a free port of 127.0.0.1
-            port = free_port()
-            self.server = HttpServer(srv.argv(root, port), srv.url.replace("{port}", str(port)), cwd=root,
-                                     env={**self.resource.env(), **srv.environment(root, port)}, stderr_path=log,
-                                     timeout_s=srv.start_timeout_s).start()
-        else:
-            self.server = StdioServer(srv.argv(root), cwd=root, env={**self.resource.env(), **srv.environment(root)},
-                                      stderr_path=log, timeout_s=srv.start_timeout_s, fork=srv.launch(root)).start()
-        self.server.timeout_s = self.world.server.call_timeout_s
-        self.listed = self.server.tools()
-        self.start_s += time.perf_counter() - t0
+        assert self.resource is not None
+        self.server, self.listed, seconds = pool.start_server(self.world, self.resource)
+        self.start_s += seconds
 
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
             self.server = None
-        log = self.resource.root.parent / f"{self.resource.root.name}.server.log"
-        log.unlink(missing_ok=True)
-        self.resource.remove()
+        if self.resource is not None:
+            pool.server_log(self.resource).unlink(missing_ok=True)
+            self.resource.remove()
+
+    @property
+    def _resource(self) -> Resource:
+        if self.resource is None:
+            raise WorldFailed(f"world '{self.world.id}': the gateway is not open")
+        return self.resource
 
     @property
     def pids(self) -> list[int]:
@@ -234,7 +231,7 @@ class Gateway:
 
     def _observe(self, kind: str, **data: Any) -> None:
         try:
-            now = self.resource.probe()
+            now = self._resource.probe()
         except ResourceFailed as exc:
             raise WorldFailed(str(exc)) from None
         changes = snapshot.diff(self.state, now)
@@ -268,7 +265,7 @@ class Gateway:
 
     def _foreign_write(self) -> None:
         try:
-            self.resource.foreign_write()
+            self._resource.foreign_write()
         except ResourceFailed as exc:
             raise WorldFailed(str(exc)) from None
         self._observe("world_write")
@@ -293,7 +290,7 @@ class Gateway:
             self.trace.append("verification", tool=tool, args=dict(args), holds=None)
             return None
         try:
-            now = self.resource.probe()
+            now = self._resource.probe()
         except ResourceFailed as exc:
             raise WorldFailed(str(exc)) from None
         result = snapshot.holds(overlay.identity, now, args, self.s0)
@@ -302,7 +299,7 @@ class Gateway:
 
     def final_state(self) -> dict[str, Any]:
         try:
-            self.state = self.resource.probe()
+            self.state = self._resource.probe()
         except ResourceFailed as exc:
             raise WorldFailed(str(exc)) from None
         return self.state
@@ -312,12 +309,12 @@ class Gateway:
 
     def _inbound(self, value: Any) -> Any:
         """The agent's view of paths (`/workspace`) mapped to the episode's real folder, for the server."""
-        return _map(value, WORKSPACE, str(self.resource.root))
+        return _map(value, WORKSPACE, str(self._resource.root))
 
     def _normal(self, value: Any) -> Any:
         """The episode's real folder written as `/workspace` again: what the agent sees and the trace records, the
         same wherever the folder was made."""
-        return _map(value, str(self.resource.root), WORKSPACE)
+        return _map(value, str(self._resource.root), WORKSPACE)
 
 
 def _map(value: Any, old: str, new: str) -> Any:
