@@ -137,3 +137,20 @@ def test_a_world_started_from_nothing_never_gets_a_server_prepared_by_the_forked
     p.drain()
     assert [k[:2] for k in kinds] == [(True, True), (False, False)] * 3
     assert [k[2] for k in kinds] == [False, False, False, False, True, True]  # each kind prepared its own ahead
+
+
+def test_a_forked_server_is_stopped_in_a_process_holding_more_than_1024_descriptors() -> None:
+    """A forked server's exit is watched through a pidfd: with select() a busy process (a test runner, a server
+    of many sessions) holding descriptors past FD_SETSIZE failed to stop it ('filedescriptor out of range')."""
+    import subprocess
+    import sys
+
+    script = ("import os, resource; soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard)); "
+              "held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]; "
+              "from pathlib import Path; from aft_bench.world.pool import prepare; "
+              "from aft_bench.world.external import load_external; "
+              f"w = load_external(Path({str(ROOT / 'worlds' / 'git')!r})); "
+              "p = prepare(w, None); assert p.server.proc.stdin.fileno() > 1024; p.discard(); print('stopped')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr[-500:]

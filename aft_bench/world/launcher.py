@@ -143,8 +143,9 @@ class ForkedProcess:
     def _settle(self, timeout: float | None) -> int | None:
         if self.returncode is not None or self._pidfd is None:
             return self.returncode
-        ready, _, _ = select.select([self._pidfd], [], [], timeout)
-        if not ready:
+        poller = select.poll()  # not select(): a busy process may hold more than FD_SETSIZE descriptors
+        poller.register(self._pidfd, select.POLLIN)
+        if not poller.poll(None if timeout is None else max(0, int(timeout * 1000))):
             return None
         os.close(self._pidfd)
         self._pidfd = None
