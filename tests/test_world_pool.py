@@ -154,3 +154,17 @@ def test_a_forked_server_is_stopped_in_a_process_holding_more_than_1024_descript
               "p = prepare(w, None); assert p.server.proc.stdin.fileno() > 1024; p.discard(); print('stopped')")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr[-500:]
+
+
+def test_a_child_forked_from_a_process_with_a_world_prepared_ahead_starts_with_an_empty_pool(tmp_path: Path) -> None:
+    p = Pool()
+    for _ in range(2):
+        p.take(GIT, tmp_path).discard()
+    assert len(p._made) == 1  # the parent's, prepared ahead
+    pid = os.fork()
+    if pid == 0:  # the child must never hand out the parent's world (its server belongs to the parent)
+        code = 0 if (p._made, p._ahead, p._asked, p._thread) == ({}, {}, set(), None) else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(p._made) == 1 and p.drain() == 1

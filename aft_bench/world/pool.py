@@ -16,6 +16,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,13 +110,19 @@ class Pool:
     every world made and not yet handed out is tracked, so `drain` can stop it whatever state it is in."""
 
     def __init__(self) -> None:
+        self._forget()
+        me = weakref.ref(self)  # the hook must not keep every pool ever made alive
+        os.register_at_fork(after_in_child=lambda: (pool := me()) is not None and pool._forget())
+
+    def _forget(self) -> None:
+        """A new, empty pool (also in a child forked from this process: what the parent prepared is the parent's,
+        and its thread did not come along)."""
         self._lock = threading.Lock()
         self._ahead: dict[Key, Future[Prepared]] = {}  # the next episode's, per key
         self._made: dict[Future[Prepared], Key] = {}  # every world being made or made and not yet handed out
         self._asked: set[Key] = set()
         self._jobs: queue.Queue[tuple[Future[Prepared], Callable[[], Prepared]]] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
 
     def take(self, world: ExternalWorld, parent: Path | None) -> Prepared:
         """A world for one episode: the one prepared ahead if there is one (waiting for it if it is being made),
@@ -161,8 +168,7 @@ class Pool:
         fut: Future[Prepared] = Future()
         with self._lock:
             self._made[fut] = key
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._pid = os.getpid()
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="aft-bench-world-pool", daemon=True)
                 self._thread.start()
         self._jobs.put((fut, job))
