@@ -168,3 +168,14 @@ def test_a_child_forked_from_a_process_with_a_world_prepared_ahead_starts_with_a
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(p._made) == 1 and p.drain() == 1
+
+
+def test_nothing_is_prepared_ahead_in_the_system_s_temp_folder() -> None:
+    """Only a named folder (a run's scratch, removed by the runner) gets worlds ahead: a process that ends without
+    its exit handlers (an xdist worker, a SIGKILL) would leave them in /tmp."""
+    p = Pool()
+    for _ in range(3):
+        got = p.take(GIT, None)
+        assert not got.ahead
+        got.discard()
+    assert p._made == {}

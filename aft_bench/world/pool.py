@@ -3,7 +3,9 @@ listed, and a small per-process pool that prepares the next episode's while this
 
 A prepared world is handed to exactly one episode and never back: the pool hides start-up, it never reuses a
 server or a resource. It refills a slot only for a (world, folder) it has been asked for before, so a caller
-that never repeats one (a Dask worker's private folder per cell) never pays for a world nobody takes.
+that never repeats one (a Dask worker's private folder per cell) never pays for a world nobody takes, and only
+in a folder the caller names (a run's scratch folder, which the runner removes), never in the system's temp
+folder, where a process that ends without running its exit handlers would leave it.
 Everything it holds is stopped and removed by `drain` (the runner, before it removes its scratch folder) and
 when the process exits; its servers are started by one thread that lives as long as the process, so they die
 with it (a server started by a thread gets SIGKILL when that thread exits).
@@ -130,7 +132,7 @@ class Pool:
         key = _key(world, parent)
         with self._lock:
             ahead = self._ahead.pop(key, None)
-            again = key in self._asked
+            again = key in self._asked and parent is not None  # never ahead into the system's temp folder
             self._asked.add(key)
         if ahead is not None:
             try:
