@@ -392,6 +392,35 @@ def test_serve_puts_an_mcp_client_in_front_of_the_real_git_server_behind_the_gat
         "git", "completed", True, True)
 
 
+@pytest.mark.parametrize(("condition", "expected"), [
+    ("GW-bare", None),  # legacy effects: no annotations
+    ("GW-key", {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True}),  # keyed: truthful
+    ("GW-misleading", {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True}),  # a lie
+])
+def test_served_annotations_are_none_truthful_or_misleading_by_condition(condition: str, expected: dict | None,
+                                                                          tmp_path: Path) -> None:
+    """What `aft-bench serve` tells a client about the real server's git_commit: the overlay says each call makes
+    a new commit, so `idempotentHint` is true only where the gateway's key makes it so, or where it lies."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    params = StdioServerParameters(command=exe, args=[
+        "serve", "--workload", "git_response_loss", "--task", "commit_notes", "--condition", condition,
+        "--out", str(tmp_path / "out"), "--agent", "sdk-annotations"])
+
+    async def listed() -> dict[str, object]:
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            return {t.name: t.annotations for t in (await s.list_tools()).tools}
+
+    tools = asyncio.run(listed())
+    got = tools["git_commit"]
+    assert (None if got is None else {"readOnlyHint": got.read_only_hint, "destructiveHint": got.destructive_hint,
+                                      "idempotentHint": got.idempotent_hint}) == expected
+    assert GIT.tools["git_commit"].idempotent is False  # what the person's overlay says
+
+
 def test_selective_discovery_at_the_gateway_loads_only_what_the_task_needs() -> None:
     eager = _play(_commit_task(), "GW-bare")
     selective = _play(_commit_task(), "GW-selective")
