@@ -5,7 +5,7 @@ task clusters x the key comparison's two conditions (GW-key, GW-bare), 96 episod
 
 Runs the matrix four times: every server started from nothing when its episode opens (AFT_BENCH_FORK=0
 AFT_BENCH_POOL=0), the same with the next episode's world prepared ahead (the pool), mcp-server-git forked from its
-pre-imported launcher without the pool, and as shipped (forked and pooled); checks all give the same rows, and
+pre-imported launcher without the pool (as shipped), and forked and pooled; checks all give the same rows, and
 prints each wall beside the sum of bare start-ups (each world's median start from nothing, initialize and
 tools/list, times its episodes). Needs `make worlds`.
 """
@@ -58,7 +58,7 @@ MODES = {  # name -> (AFT_BENCH_FORK, AFT_BENCH_POOL)
     "every server from nothing, no pool": ("0", "0"),
     "every server from nothing, pooled": ("0", "1"),
     "mcp-server-git forked, no pool": ("1", "0"),
-    "forked and pooled (as shipped)": ("1", "1"),
+    "mcp-server-git forked, pooled": ("1", "1"),
 }
 
 

@@ -310,14 +310,16 @@ def test_a_real_server_matrix_killed_mid_call_resumes_equal_to_serial_and_worker
     cfg = tmp_path / "git_small.toml"
     cfg.write_text(CONFIG)
     # the serial run makes each episode's world when it opens; the others prepare the next one ahead (the pool)
-    serial = _run(cfg, tmp_path / "serial", "--workers", "1", env={"AFT_BENCH_POOL": "0"})
+    pooled = {"AFT_BENCH_POOL": "1"}
+    serial = _run(cfg, tmp_path / "serial", "--workers", "1")
     assert serial.returncode == 0, serial.stderr
     expected = _labels(tmp_path / "serial")
     assert len(expected) == 6 and {r[2] for r in expected} == {0, 1}  # GW-bare duplicates a commit, GW-key never
-    two = _run(cfg, tmp_path / "two", "--workers", "2")
+    two = _run(cfg, tmp_path / "two", "--workers", "2", env=pooled)
     assert two.returncode == 0, two.stderr
     assert _labels(tmp_path / "two") == expected
-    killed = _run(cfg, tmp_path / "killed", "--workers", "1", env={"AFT_BENCH_KILL_AT": "after_server_answer:5"})
+    killed = _run(cfg, tmp_path / "killed", "--workers", "1",
+                  env={"AFT_BENCH_KILL_AT": "after_server_answer:5", **pooled})
     assert killed.returncode == -9
     scratch = tmp_path / "killed" / ".scratch"
     assert [p for p in scratch.iterdir() if p.is_dir()]  # the episode's folder, left by the SIGKILL
@@ -325,7 +327,7 @@ def test_a_real_server_matrix_killed_mid_call_resumes_equal_to_serial_and_worker
     while _servers_under(scratch) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _servers_under(scratch) == []  # the server died with its runner
-    resumed = _run(cfg, tmp_path / "killed", "--workers", "1")
+    resumed = _run(cfg, tmp_path / "killed", "--workers", "1", env=pooled)
     assert resumed.returncode == 0, resumed.stderr
     assert not scratch.exists()  # the resumed session removed what the killed one left
     assert _labels(tmp_path / "killed") == expected

@@ -103,13 +103,19 @@ def test_a_world_that_cannot_be_prepared_fails_the_take_and_leaves_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_pool_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv(pool.POOL_ENV, "0")
+def test_the_pool_is_off_unless_turned_on(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(pool.POOL_ENV, raising=False)
     for _ in range(3):
         got = pool.take(GIT, tmp_path)
         assert not got.ahead
         got.discard()
     assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(pool.POOL_ENV, "1")
+    got = [pool.take(GIT, tmp_path) for _ in range(3)]
+    assert [g.ahead for g in got] == [False, False, True]
+    for g in got:
+        g.discard()
+    assert pool.drain(tmp_path) == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_world_at_another_version_or_with_another_server_has_its_own_hash() -> None:

@@ -29,7 +29,7 @@ from aft_bench.world.mcp_http import HttpServer, free_port
 from aft_bench.world.mcp_stdio import StdioServer
 from aft_bench.world.resource import Resource
 
-POOL_ENV = "AFT_BENCH_POOL"  # "0": prepare every episode's world when it opens, never ahead
+POOL_ENV = "AFT_BENCH_POOL"  # "1": prepare the next episode's world ahead (off by default: see take)
 
 
 def server_log(resource: Resource) -> Path:
@@ -211,10 +211,12 @@ atexit.register(POOL.drain)
 
 
 def take(world: ExternalWorld, parent: Path | None) -> Prepared:
-    """This process's prepared world for one episode (prepared now when the pool is turned off)."""
-    if os.environ.get(POOL_ENV) == "0":
-        return prepare(world, parent)
-    return POOL.take(world, parent)
+    """A prepared world for one episode: made now, in the caller's thread; from the process's pool with
+    AFT_BENCH_POOL=1. The pool is off by default because it was measured to gain nothing with the deterministic
+    agent on this project's 2-core machines (docs/real_worlds.md): start-up there is processor work, not waiting."""
+    if os.environ.get(POOL_ENV) == "1":
+        return POOL.take(world, parent)
+    return prepare(world, parent)
 
 
 def drain(parent: Path | None = None) -> int:
