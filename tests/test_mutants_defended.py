@@ -375,8 +375,8 @@ def test_serve_matrix_into_a_config_s_run_directory_is_refused_with_this_line(tm
     ('{"kind": "bundle", "run_ids": []}',
      "field 'kind': this directory holds a config's runs, not served episodes; use a new --out (got 'bundle')"),
     ("[]", "field 'kind': this directory holds a config's runs, not served episodes; use a new --out (got None)"),
-    ('{"kind": "served", "run_ids": [', "field '<syntax>': not a valid aft-bench manifest (truncated or edited?) "
-                                        "(got 'line 1 column 32')"),
+    ('{"kind": "served", "run_ids": [', ("field '<syntax>': not a valid aft-bench manifest (truncated or edited?) "
+                                         "(got 'line 1 column 32')")),
 ])
 def test_a_directory_whose_manifest_is_not_a_served_one_is_refused_naming_it(tmp_path: Path, text: str,
                                                                              problem: str) -> None:
@@ -390,9 +390,8 @@ def test_a_directory_whose_manifest_is_not_a_served_one_is_refused_naming_it(tmp
     out = tmp_path / "d"
     out.mkdir()
     (out / "manifest.json").write_text(text)
-    with pytest.raises(InputError) as err:
-        with ServedDirectory(out, WORLDS):
-            pass
+    with pytest.raises(InputError) as err, ServedDirectory(out, WORLDS):
+        pass
     assert str(err.value) == f"{out / 'manifest.json'}: {problem}"
     if "'kind'" in problem:
         with RunDirectory(out):
@@ -418,9 +417,8 @@ def test_a_directory_that_cannot_be_written_says_so_and_keeps_what_was_recorded(
         pass
     (out / "traces").rmdir()
     (out / "traces").write_text("")
-    with pytest.raises(OutputError) as err:
-        with ServedDirectory(out, WORLDS):
-            pass
+    with pytest.raises(OutputError) as err, ServedDirectory(out, WORLDS):
+        pass
     assert str(err.value) == f"cannot write {out}: File exists; results recorded earlier are intact"
     (out / "traces").unlink()
     (out / "results.parquet").mkdir()
@@ -1038,3 +1036,428 @@ def test_a_worker_refuses_a_cell_that_is_not_the_run_asked_for(tmp_path: Path) -
         assert got.trace is not None and json.loads(got.trace.splitlines()[0])["kind"] == "run_start"
     finally:
         plugin.teardown(None)
+
+
+# ==================================================================================================================
+# The full run's survivors (issue 39, part 5): what the mutmut run over the six modules with the tests above still
+# found undefended (benchmarks/mutants.md, "Issue 39's scope"). Same rules: the exact value a user reads, real
+# parts, a Dask worker in this process so that mutmut's stats see the worker's side.
+# ==================================================================================================================
+
+# --- viewer/pairs.py and viewer/model.py: a pair page ------------------------------------------------------------
+
+LABEL_COLUMNS = ["fault_fired", "outcome", "y_goal", "y_correct", "recovered", "duplicate_effects", "unsafe_commits",
+                 "unauthorized_effects", "stale_writes", "unintended_effects", "residual_effects", "terminal_action",
+                 "terminal_claim", "claim_correct", "incorrect_claim", "context_tokens", "recall", "tool_calls",
+                 "model_turns", "mode", "program_attempts", "replayed_writes", "fallbacks", "policy_start",
+                 "policy_step_ms", "policy_build_ms", "measured_build_ms"]
+
+
+def test_a_pair_page_lists_every_label_with_both_arms_values_and_which_differ(smoke_results: Path,
+                                                                             tmp_path: Path) -> None:
+    """duplicate_effects on rl-05-o2: the control (I5) committed the order twice, the treatment did not. The page's
+    label table has every label column in schema order, each arm's value as recorded, and `differs` true exactly
+    for the five that differ (a label equal in both arms, or null in both, does not differ)."""
+    import pandas as pd
+
+    from aft_bench.viewer.model import Viewer
+
+    d = _copy(smoke_results, tmp_path / "d")
+    pairs = pd.read_parquet(d / "analysis" / "pairs.parquet")
+    p = pairs[(pairs["comparison"] == "duplicate_effects") & (pairs["task_id"] == "rl-05-o2")].iloc[0]
+    results = pd.read_parquet(d / "results.parquet").set_index("run_id")
+    page = Viewer(d).pair("duplicate_effects", p["run_id_control"])
+    assert page is not None and (page["treatment"], page["control"]) == (p["run_id_treatment"], p["run_id_control"])
+    labels = page["labels"]
+    assert [lb["label"] for lb in labels] == LABEL_COLUMNS
+    assert all(set(lb) == {"label", "treatment", "control", "differs"} for lb in labels)
+    assert [lb["label"] for lb in labels if lb["differs"]] == ["outcome", "y_correct", "duplicate_effects",
+                                                               "unsafe_commits", "context_tokens"]
+    by = {lb["label"]: lb for lb in labels}
+    assert by["outcome"] == {"label": "outcome", "treatment": "completed", "control": "unsafely_committed",
+                             "differs": True}
+    assert by["duplicate_effects"] == {"label": "duplicate_effects", "treatment": 0, "control": 1, "differs": True}
+    assert by["tool_calls"] == {"label": "tool_calls", "treatment": 5, "control": 5, "differs": False}
+    assert by["policy_start"] == {"label": "policy_start", "treatment": None, "control": None, "differs": False}
+    for lb in labels:  # every value as results.parquet records it
+        for arm in ("treatment", "control"):
+            want = results.loc[p[f"run_id_{arm}"], lb["label"]]
+            assert (lb[arm] is None and pd.isna(want)) or lb[arm] == want, (lb, arm)
+
+
+def test_a_pair_whose_run_is_not_in_the_results_has_no_page(smoke_results: Path, tmp_path: Path) -> None:
+    """An analysis pairs.parquet naming a control run the results do not hold (edited by hand, the analysis still
+    current): the pair is listed, but asked for by its treatment run there is no page (the server's 404), not a
+    page built from nothing."""
+    import pandas as pd
+
+    from aft_bench.viewer.model import Viewer
+
+    d = _copy(smoke_results, tmp_path / "d")
+    path = d / "analysis" / "pairs.parquet"
+    pairs = pd.read_parquet(path)
+    i = pairs.index[(pairs["comparison"] == "duplicate_effects") & (pairs["task_id"] == "rl-01-o1")][0]
+    treatment = pairs.loc[i, "run_id_treatment"]
+    pairs.loc[i, "run_id_control"] = "no-such-run"
+    pairs.to_parquet(path, index=False)
+    v = Viewer(d)
+    assert v.pair_list()["source"] == "analysis/pairs.parquet"  # still current: meta names results.parquet only
+    assert v.run(treatment) is not None and v.run("no-such-run") is None
+    assert v.pair("duplicate_effects", treatment) is None
+    assert v.pair("duplicate_effects", "no-such-run") is None
+
+
+# --- viewer/model.py: a run page, refresh, the runs query, scorecards --------------------------------------------
+
+def test_a_run_page_of_a_trace_without_its_run_start_says_s0_cannot_be_checked(smoke_results: Path,
+                                                                               tmp_path: Path) -> None:
+    """A trace whose first line (run_start, which holds the s0 hash) is gone: the rest is shown, unverified, and the
+    state section says the s0 hash differs (none to compare), with no diff."""
+    from aft_bench.viewer.model import Viewer
+
+    d = _copy(smoke_results, tmp_path / "d")
+    rid = Viewer(d).runs.ids()[0]
+    trace = d / "traces" / f"{rid}.jsonl"
+    lines = trace.read_text().splitlines(keepends=True)
+    assert json.loads(lines[0])["kind"] == "run_start"
+    trace.write_text("".join(lines[1:]))
+    page = Viewer(d).run(rid)
+    assert page is not None and page["verification"]["ok"] is False and len(page["events"]) == len(lines) - 1
+    assert page["state"]["note"] == "the world or task changed since the run (s0 hash differs)"
+    assert page["state"]["diff"] is None and page["state"]["terminal"] is not None
+
+
+def test_refresh_reloads_only_when_the_results_changed(smoke_results: Path, tmp_path: Path) -> None:
+    import pandas as pd
+
+    from aft_bench.viewer.model import Viewer
+
+    d = _copy(smoke_results, tmp_path / "d")
+    v = Viewer(d)
+    assert v.refresh() is False and len(v.runs) == 36
+    df = pd.read_parquet(d / "results.parquet")
+    df.iloc[:30].to_parquet(d / "results.parquet", index=False)
+    assert v.refresh() is True and len(v.runs) == 30
+    assert v.refresh() is False and len(v.runs) == 30
+
+
+def test_the_runs_query_filters_sorts_and_pages_as_asked(smoke_results: Path) -> None:
+    """`?workload=response_loss&sort=tool_calls&desc=1&size=2`: the response_loss runs counted from
+    results.parquet, the first page of two, most tool calls first."""
+    import pandas as pd
+
+    from aft_bench.viewer.model import Viewer
+
+    df = pd.read_parquet(smoke_results / "results.parquet")
+    mine = df[df["workload"] == "response_loss"]
+    got = Viewer(smoke_results).query({"workload": "response_loss", "sort": "tool_calls", "desc": "1", "size": "2"})
+    assert (got["total"], got["runs"], got["page"], got["size"]) == (len(mine), 36, 0, 2)
+    assert [r["tool_calls"] for r in got["rows"]] == sorted(mine["tool_calls"], reverse=True)[:2]
+    assert {r["workload"] for r in got["rows"]} == {"response_loss"}
+
+
+def _card(version: str, bare: str, contradictions: list[str], **extra: Any) -> dict[str, Any]:
+    """A scorecard as `aft-bench scorecard` writes it, of one tool with one example (the viewer shows what the file
+    says, so it is written here by hand)."""
+    outcome = {"treatment": "bare", "cls": bare, "realized": 1, "first": None, "delivered": None, "changes": {},
+               "reissue": {"content": [{"type": "text", "text": "[]"}], "isError": False}}
+    card = {"world": "memory", "package": "@modelcontextprotocol/server-memory", "version": version,
+            "server": {"name": "memory-server", "version": "0.6.3"}, "protocol": "2025-06-18",
+            "tools": [{"tool": "create_entities", "example": 0, "args": {}, "note": "", "overlay": {},
+                       "annotations": {"readOnlyHint": False}, "outcomes": [outcome, {**outcome, "treatment": "key",
+                                                                                      "cls": "safe"}],
+                       "contradictions": contradictions}],
+            "untested": ["delete_entities"]}
+    card.update(extra)
+    return card
+
+
+def test_the_scorecards_page_shows_each_card_its_rows_and_what_changed_per_world(tmp_path: Path) -> None:
+    """scorecards/ holding three versions of the memory server, one card of another world (no server info, no
+    untested list), a JSON file that is not a scorecard and two truncated ones: the cards in file order with the rows
+    the command prints, each world's consecutive versions compared, and the bad files named in the notes (the
+    error's first line, which names what the file should be, cut at 160 characters), never shown as cards."""
+    from aft_bench.scorecard.render import rows
+    from aft_bench.viewer.model import Viewer
+
+    d = tmp_path / "d"
+    cards = d / "scorecards"
+    cards.mkdir(parents=True)
+    a = _card("2026.8.31", "silent_success", ["idempotentHint=false (or absent)"])
+    b = _card("2026.9.1", "duplicate", [])
+    c = _card("2026.9.2", "duplicate", [])
+    git = _card("2026.10.19", "safe", [], world="git", server=None, untested=None)
+    for name, card in (("memory-1.json", a), ("memory-2.json", b), ("memory-3.json", c), ("git.json", git)):
+        (cards / name).write_text(json.dumps(card))
+    (cards / "notes.json").write_text('{"not": "a scorecard"}')
+    long_name = "t" * 150 + ".json"
+    (cards / long_name).write_text("{")
+    (cards / "b.json").write_text("{")
+    (cards / "readme.txt").write_text("not json")
+    (d / "journal.jsonl").write_text("")
+    got = Viewer(d).scorecards()
+
+    def shown(file: str, card: dict[str, Any]) -> dict[str, Any]:
+        return {"file": file, "world": card["world"], "package": card["package"], "version": card["version"],
+                "server": card["server"] or {}, "protocol": card["protocol"], "rows": rows(card),
+                "untested": card["untested"] or []}
+
+    assert got["cards"] == [shown("git.json", git), shown("memory-1.json", a), shown("memory-2.json", b),
+                            shown("memory-3.json", c)]
+    assert got["cards"][0]["server"] == {} and got["cards"][0]["untested"] == []
+    assert got["cards"][1]["rows"][0]["bare"] == "silent_success"
+    assert got["changes"] == [
+        {"world": "memory", "from": "2026.8.31", "to": "2026.9.1", "lines": [
+            ("create_entities (bare): silent success in 2026.8.31 -> DUPLICATE in 2026.9.1 (re-issue answered "
+             "'[]' -> '[]')"),
+            "create_entities (annotations): ['idempotentHint=false (or absent)'] -> agree"]},
+        {"world": "memory", "from": "2026.9.1", "to": "2026.9.2", "lines": []}]
+    problem, short = (f"{cards / name}: field '<syntax>': not a valid aft-bench scorecard (truncated or edited?) "
+                      "(got 'line 1 column 2')" for name in (long_name, "b.json"))
+    assert len(problem) > 160 and "not a valid aft-bench scorecard" in short[:160]
+    assert got["notes"] == [f"b.json: not a scorecard ({short[:160]})", "notes.json: not a scorecard ('tools')",
+                            f"{long_name}: not a scorecard ({problem[:160]})"]
+
+
+def test_a_folder_without_scorecards_has_none(tmp_path: Path) -> None:
+    from aft_bench.viewer.model import Viewer
+
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "journal.jsonl").write_text("")
+    (d / "scorecards.json").write_text("{}")  # beside the folder, not in it
+    assert Viewer(d).scorecards() == {"cards": [], "changes": [], "notes": []}
+
+
+# --- experiment/spend.py: releasing one reservation ---------------------------------------------------------------
+
+@pytest.mark.parametrize("which", [0, 1], ids=["Spend", "SharedSpend"])
+def test_a_failed_tuple_releases_its_own_reservation_only(which: int) -> None:
+    """Committed 0.25 of 1.0 with a peak of 0.25: three tuples start (0.25 + 3 * 0.25 = 1.0), a fourth waits. One
+    of the three fails: its reservation alone is released, so one more starts and the next waits again."""
+    from aft_bench.experiment.executors import context
+    from aft_bench.experiment.spend import START, WAIT, Spend
+
+    spend = Spend([{"run_id": "a", "cost_usd": 0.25}], 1.0, None)
+    ledger = [spend, spend.shared(context())][which]
+    assert [ledger.begin() for _ in range(4)] == [START, START, START, WAIT]
+    ledger.end(None)
+    assert [ledger.begin(), ledger.begin()] == [START, WAIT]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["Spend", "SharedSpend"])
+def test_a_peak_of_one_token_is_reserved_too(which: int) -> None:
+    """Nine rows of one token each under a ceiling of 10 tokens: one tuple starts (9 + 1 = 10), a second waits
+    (9 + 2 > 10), although committed tokens alone are under the ceiling."""
+    from aft_bench.experiment.executors import context
+    from aft_bench.experiment.spend import START, WAIT, Spend
+
+    spend = Spend([{"run_id": f"r{i}", "prompt_tokens": 1} for i in range(9)], None, 10)
+    ledger = [spend, spend.shared(context())][which]
+    assert [ledger.begin(), ledger.begin()] == [START, WAIT]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["Spend", "SharedSpend"])
+def test_with_tuples_in_flight_the_run_stops_once_committed_spend_and_one_reservation_pass_the_ceiling(
+        which: int) -> None:
+    """Three tuples in flight under a ceiling of 1.0 (committed 0.25, peak 0.25); one finishes at 0.5: committed
+    0.75 and a peak of 0.5 leave no room even with nothing in flight, so the next start is STOP (the run ends its
+    queue), not WAIT for the two still running."""
+    from aft_bench.experiment.executors import context
+    from aft_bench.experiment.spend import START, STOP, WAIT, Spend
+
+    spend = Spend([{"run_id": "a", "cost_usd": 0.25}], 1.0, None)
+    ledger = [spend, spend.shared(context())][which]
+    assert [ledger.begin() for _ in range(4)] == [START, START, START, WAIT]
+    ledger.end({"run_id": "b", "cost_usd": 0.5})
+    assert ledger.begin() == STOP
+
+
+# --- experiment/shipping.py: what a worker announces and sends home ----------------------------------------------
+
+def test_a_worker_announces_each_start_and_sends_home_its_row_or_its_failure(tmp_path: Path) -> None:
+    """On a Dask worker in this process: `play` announces the start on the topic the driver subscribes to, with the
+    task's key and the worker's address (how the driver notices an attempt run twice), and returns the row with its
+    run id, attempt number and worker. An exception outside the episode (here the temporary folder cannot be made)
+    comes back as a failure record: run id, attempt, worker, the exception's class and its message, credentials
+    redacted and cut at 2000 characters."""
+    pytest.importorskip("distributed", reason="the optional extra aft-bench[dask] is not installed")
+    import tempfile
+    import time
+
+    from distributed import Client, LocalCluster
+
+    from aft_bench.experiment import shipping
+
+    cfg = tmp_path / "ship.toml"
+    cfg.write_text(SHIP_CONFIG)
+    matrix = load_matrix(cfg, WORLDS)
+    shipped = shipping.bundle(matrix)
+    index = next(i for i, c in enumerate(matrix.cells) if c.backend == "sqlite")
+    rid = matrix.cells[index].run_id
+    missing = tmp_path / "gone" / ("sk-" + "A" * 32)
+    for _ in range(11):
+        missing = missing / ("x" * 200)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1",
+                      dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.register_plugin(shipping.ShippedInputs(shipped))
+        (address,) = client.scheduler_info()["workers"]
+        key = f"aft-bench-{rid}-attempt-3-test"
+        got = client.submit(shipping.play, shipped.token, index, rid, 3, "starts", key, key=key,
+                            pure=False).result(timeout=20)
+        assert (got.run_id, got.attempt, got.worker, got.kind, got.data["run_id"]) == (rid, 3, address, "row", rid)
+        assert got.trace is not None and got.database is not None
+        deadline = time.monotonic() + 10
+        while not client.get_events("starts") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [msg for _ts, msg in client.get_events("starts")] == [{"key": key, "worker": address}]
+
+        saved = tempfile.tempdir
+        tempfile.tempdir = str(missing)
+        try:
+            failed = client.submit(shipping.play, shipped.token, index, rid, 4, "starts", "k4", key="k4",
+                                   pure=False).result(timeout=20)
+        finally:
+            tempfile.tempdir = saved
+    message = f"[Errno 2] No such file or directory: '{missing}/aft-bench-{rid}-".replace("sk-" + "A" * 32,
+                                                                                          "[redacted]")
+    assert len(message) > 2000
+    assert failed == shipping.Returned(rid, 4, address, "failure", {"run_id": rid, "error": "FileNotFoundError",
+                                                                    "message": message[:2000]})
+
+
+def test_a_worker_s_copy_of_the_inputs_is_one_named_folder_and_its_teardown_survives_it_being_gone(
+        tmp_path: Path) -> None:
+    """The worker unpacks a bundle into one temporary folder named after the input set (what an operator finds in
+    the worker's temp folder), holding exactly the config and worlds/. If that folder is removed under a live
+    worker (a temp cleaner), the plugin's teardown still forgets the input set instead of raising."""
+    import asyncio
+    import shutil
+
+    from aft_bench.experiment import shipping
+
+    cfg = tmp_path / "ship.toml"
+    cfg.write_text(SHIP_CONFIG)
+    plugin = shipping.ShippedInputs(shipping.bundle(load_matrix(cfg, WORLDS)))
+    token = plugin.bundle.token
+    asyncio.run(plugin.setup(None))
+    folder = shipping._PREPARED[token].folder
+    try:
+        assert folder.name.startswith(f"aft-bench-inputs-{token}-")
+        assert sorted(p.name for p in folder.iterdir()) == ["ship.toml", "worlds"]
+        shutil.rmtree(folder)
+    finally:
+        plugin.teardown(None)
+    assert shipping.verdict(token) == "the inputs were not shipped to this worker" and not folder.exists()
+
+
+# --- analysis/profile.py: the figures a warm start reads ---------------------------------------------------------
+
+def test_a_profile_keeps_six_decimals_of_the_mean_step_and_build(tmp_path: Path) -> None:
+    """Three cold starts measuring 1000, 1000 and 1001 ms a step and 12600, 12600, 12601 ms to build, and a warm
+    start (its copied step and build left out): the entry's means, rounded to six decimals, over the three."""
+    import pandas as pd
+
+    from aft_bench.analysis.profile import profiles
+
+    net = '{"build_ms":12600.0,"decision_ms":1500.0,"rtt_ms":10.0}'
+    df = pd.DataFrame({"world": ["memos"] * 4, "model": ["none"] * 4, "network": [net] * 4,
+                       "policy_start": ["cold", "cold", "cold", "warm"],
+                       "policy_step_ms": [1000.0, 1000.0, 1001.0, 4000.0],
+                       "measured_build_ms": [12600.0, 12600.0, 12601.0, 9000.0]})
+    assert profiles(df, tmp_path / "results.parquet") == [
+        {"world": "memos", "model": "none", "network": net, "step_ms": 1000.333333, "build_ms": 12600.333333,
+         "runs": 3}]
+
+
+def test_an_episode_that_fails_on_a_worker_comes_home_as_its_failure_record(tmp_path: Path, monkeypatch) -> None:
+    """An llm agent whose provider refuses the connection (no retries): the episode raises, and the worker sends
+    back the attempt's failure record (the run, its key, the provider error), named by run id, attempt and worker,
+    with no trace or database."""
+    import asyncio
+
+    from aft_bench.experiment import shipping
+
+    monkeypatch.setenv("AFT_SHIP_TEST_KEY", "k")
+    cfg = tmp_path / "llm.toml"
+    cfg.write_text('[experiment]\nid = "ship_llm"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n'
+                   'seeds = [0]\n[[experiment.agents]]\nname = "llm"\nmodel = "openai/gpt-4o-mini"\n'
+                   'api_base = "http://127.0.0.1:9/v1"\napi_key_env = "AFT_SHIP_TEST_KEY"\nretries = 0\n')
+    matrix = load_matrix(cfg, WORLDS)
+    plugin = shipping.ShippedInputs(shipping.bundle(matrix))
+    asyncio.run(plugin.setup(None))
+    try:
+        assert shipping.verdict(plugin.bundle.token) is None
+        cell = matrix.cells[0]
+        got = shipping._play("tcp://w:1", plugin.bundle.token, 0, cell.run_id, 2)
+    finally:
+        plugin.teardown(None)
+    assert (got.run_id, got.attempt, got.worker, got.kind, got.trace, got.database) == (
+        cell.run_id, 2, "tcp://w:1", "failure", None, None)
+    assert got.data == {"run_id": cell.run_id, **cell.key(), "error": "ProviderError",
+                        "message": "connection refused at 127.0.0.1:9 after 1 attempt(s) on openai/gpt-4o-mini "
+                                   "(InternalServerError)"}
+
+
+def test_a_worker_plays_each_attempt_in_a_temporary_folder_named_after_its_run(tmp_path: Path) -> None:
+    """The attempt's private folder is made under the temp folder, named aft-bench-RUN-...: where it cannot be
+    made, the error names that path."""
+    import asyncio
+    import tempfile
+
+    from aft_bench.experiment import shipping
+
+    cfg = tmp_path / "ship.toml"
+    cfg.write_text(SHIP_CONFIG)
+    matrix = load_matrix(cfg, WORLDS)
+    plugin = shipping.ShippedInputs(shipping.bundle(matrix))
+    asyncio.run(plugin.setup(None))
+    rid = matrix.cells[0].run_id
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "gone")
+    try:
+        with pytest.raises(FileNotFoundError) as err:
+            shipping._play("tcp://w:1", plugin.bundle.token, 0, rid, 1)
+    finally:
+        tempfile.tempdir = saved
+        plugin.teardown(None)
+    made = Path(err.value.filename)
+    assert made.parent == tmp_path / "gone" and made.name.startswith(f"aft-bench-{rid}-")
+
+
+# --- viewer/pairs.py: pairs the viewer forms or reads ------------------------------------------------------------
+
+def test_runs_of_one_condition_have_no_pairs_and_the_plain_note(tmp_path: Path) -> None:
+    """Runs of I5 alone: every comparison lacks an arm, so none is paired and none is named as unpaired."""
+    from aft_bench.viewer.model import Viewer
+
+    cfg = tmp_path / "one.toml"
+    cfg.write_text('[experiment]\nid = "one"\nworkloads = ["response_loss"]\nconditions = ["I5"]\n'
+                   'tasks_per_workload = 1\nseeds = [0]\n')
+    d = tmp_path / "d"
+    assert main(["run", str(cfg), "--out", str(d), "--worlds", str(WORLDS)]) == 0
+    assert Viewer(d).pair_list() == {"comparisons": [], "pairs": [], "source": "matched here (no current analysis)"}
+
+
+def test_an_analysis_written_under_pandas_2_shows_a_missing_catalog_size_as_none(smoke_results: Path,
+                                                                                tmp_path: Path) -> None:
+    """pandas 2 wrote a missing catalog size into pairs.parquet as the text "<NA>" (or "nan"); such an analysis,
+    still current, is shown with no catalog size there, the others as recorded."""
+    import pandas as pd
+
+    from aft_bench.viewer.model import Viewer
+
+    d = _copy(smoke_results, tmp_path / "d")
+    path = d / "analysis" / "pairs.parquet"
+    pairs = pd.read_parquet(path)
+    sizes = [None if pd.isna(x) else str(x) for x in pairs["catalog_size"]]
+    assert sizes.count(None) >= 2 and {"10", "50"} <= set(sizes)
+    missing = [i for i, s in enumerate(sizes) if s is None]
+    written = ["<NA>" if i in missing[::2] else "nan" if i in missing else s for i, s in enumerate(sizes)]
+    pairs["catalog_size"] = pd.Series(written, dtype=object)
+    pairs.to_parquet(path, index=False)
+    assert set(pd.read_parquet(path)["catalog_size"]) == {"10", "50", "<NA>", "nan"}
+    got = Viewer(d).pair_list()
+    assert got["source"] == "analysis/pairs.parquet"
+    assert [p["catalog_size"] for p in got["pairs"]] == sizes
