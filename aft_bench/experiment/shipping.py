@@ -184,7 +184,7 @@ def _play(address: str, token: str, index: int, run_id: str, attempt: int) -> Re
         trace = out / "traces" / f"{run_id}.jsonl"
         db = out / "db" / f"{run_id}.sqlite"
         return Returned(run_id, attempt, address, kind, data,
-                        trace.read_text(encoding="utf-8") if trace.exists() else None,
+                        trace.read_bytes().decode("utf-8") if trace.exists() else None,  # whatever the locale
                         _database_bytes(db) if db.exists() else None)
 
 

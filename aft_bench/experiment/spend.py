@@ -120,6 +120,14 @@ class Spend(Ledger):
                                self.max_cost, self.max_tokens)
 
 
+AMOUNT, COUNT = "d", "q"  # a double (dollars), a signed 64-bit integer (tokens, rows, tuples in flight)
+
+
+def _counter(ctx: Any, typecode: str, value: float) -> Any:
+    """One counter in shared memory without a lock of its own: every access holds the ledger's one lock."""
+    return ctx.Value(typecode, value, lock=False)
+
+
 class SharedSpend(Ledger):
     """Spend counters in shared memory under one lock: each loop process reserves before it starts a tuple and
     counts its rows as they finish, so every loop sees the ceiling (and the others' reservations) at once."""
@@ -129,10 +137,9 @@ class SharedSpend(Ledger):
         """`start`: (cost, tokens, peak cost, peak tokens, rows seen) of everything recorded so far."""
         cost, tokens, peak_cost, peak_tokens, seen = start
         self._lock = ctx.Lock()
-        self._cost, self._tokens = ctx.Value("d", cost, lock=False), ctx.Value("q", tokens, lock=False)
-        self._peak_cost, self._peak_tokens = ctx.Value("d", peak_cost, lock=False), ctx.Value("q", peak_tokens,
-                                                                                              lock=False)
-        self._inflight, self._seen = ctx.Value("q", 0, lock=False), ctx.Value("q", seen, lock=False)
+        self._cost, self._peak_cost = _counter(ctx, AMOUNT, cost), _counter(ctx, AMOUNT, peak_cost)
+        self._tokens, self._peak_tokens = _counter(ctx, COUNT, tokens), _counter(ctx, COUNT, peak_tokens)
+        self._inflight, self._seen = _counter(ctx, COUNT, 0), _counter(ctx, COUNT, seen)
         self.max_cost, self.max_tokens = max_cost, max_tokens
 
     def committed(self) -> tuple[float, int]:
