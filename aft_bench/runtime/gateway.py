@@ -153,12 +153,9 @@ class Gateway:
         self.start_s += seconds
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        if self.resource is not None:
-            pool.server_log(self.resource).unlink(missing_ok=True)
-            self.resource.remove()
+        server, self.server = self.server, None
+        if self.resource is not None:  # open() sets the server and its resource together
+            pool.release(server, self.resource)
 
     @property
     def _resource(self) -> Resource:

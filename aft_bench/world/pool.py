@@ -37,6 +37,14 @@ def server_log(resource: Resource) -> Path:
     return resource.root.parent / f"{resource.root.name}.server.log"
 
 
+def release(server: StdioServer | HttpServer | None, resource: Resource) -> None:
+    """Stop an episode's server (if any) and remove its resource with the server's log."""
+    if server is not None:
+        server.stop()
+    server_log(resource).unlink(missing_ok=True)
+    resource.remove()
+
+
 def start_server(world: ExternalWorld, resource: Resource) -> tuple[StdioServer | HttpServer, list[dict[str, Any]],
                                                                       float]:
     """Start the world's server on `resource` and list its tools: (server, tools, seconds it took)."""
@@ -75,9 +83,7 @@ class Prepared:
 
     def discard(self) -> None:
         """Stop the server and remove the resource (a prepared world nobody took)."""
-        self.server.stop()
-        server_log(self.resource).unlink(missing_ok=True)
-        self.resource.remove()
+        release(self.server, self.resource)
 
 
 def prepare(world: ExternalWorld, parent: Path | None) -> Prepared:
@@ -89,8 +95,7 @@ def prepare(world: ExternalWorld, parent: Path | None) -> Prepared:
         s0 = resource.probe()
         server, listed, seconds = start_server(world, resource)
     except BaseException:
-        server_log(resource).unlink(missing_ok=True)
-        resource.remove()
+        release(None, resource)
         raise
     return Prepared(resource, s0, server, listed, seconds)
 
