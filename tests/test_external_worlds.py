@@ -20,6 +20,7 @@ from aft_bench.world.external import Identity, load_external, servers_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 WL = load_workloads(ROOT / "worlds").items
+MEMORY = load_external(ROOT / "worlds" / "memory")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -234,3 +235,52 @@ def test_a_server_that_fails_in_a_matrix_leaves_its_tuples_pending_with_one_line
     failures = [json.loads(x) for x in (tmp_path / "o" / "failures.jsonl").read_text().splitlines()]
     assert len(failures) == 2 and all("world 'memory': cannot start '/nonexistent/node'" in f["message"] for f in failures)
     assert not (tmp_path / "o" / "journal.jsonl").exists() or (tmp_path / "o" / "journal.jsonl").read_text() == ""
+
+
+def _pinned_worlds() -> list[tuple[str, str, str]]:
+    """(workload, package, version) of the server every workload on an external world runs."""
+    return sorted((name, w.external.server.package, w.external.server.version) for name, w in WL.items()
+                  if w.external is not None)
+
+
+def test_every_server_a_world_runs_is_pinned_to_its_version_by_the_install_files() -> None:
+    """`make worlds` installs exactly the versions the worlds declare: Python servers as `package==version` lines,
+    npm servers as exact dependencies resolved to that version in the committed lock file (npm ci)."""
+    import json
+
+    python = {line.split()[0] for line in (ROOT / "worlds" / "servers" / "python.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    npm = json.loads((ROOT / "worlds" / "servers" / "package.json").read_text())["dependencies"]
+    lock = json.loads((ROOT / "worlds" / "servers" / "package-lock.json").read_text())["packages"]
+    worlds = _pinned_worlds()
+    assert {(p, v) for _, p, v in worlds} == {("mcp-server-git", "2026.10.19"), ("mcp-server-git", "2025.11.25"),
+                                              ("@modelcontextprotocol/server-filesystem", "2026.8.31"),
+                                              ("@modelcontextprotocol/server-memory", "2026.8.31")}
+    for world, package, version in worlds:
+        if package.startswith("@"):
+            assert npm.get(package) == version, (world, package)  # exact, no range
+            assert lock[f"node_modules/{package}"]["version"] == version, (world, package)
+            assert lock[f"node_modules/{package}"]["integrity"].startswith("sha512-")
+        else:
+            assert f"{package}=={version}" in python, (world, package)
+
+
+def test_a_server_installed_at_another_version_than_its_world_pins_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """A stale install would run another release under the pinned one's name: refused with one line, nothing
+    started, nothing left."""
+    from aft_bench.common.errors import InputError
+    from aft_bench.world import external, pool
+
+    package = tmp_path / "node" / "node_modules" / "@modelcontextprotocol" / "server-memory"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@modelcontextprotocol/server-memory", "version": "2099.1.1"}')
+    monkeypatch.setenv(external.SERVERS_ENV, str(tmp_path))
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    with pytest.raises(InputError, match=r"world 'memory': the installed @modelcontextprotocol/server-memory is "
+                                         r"2099.1.1; `make worlds` installs the pinned servers"):
+        pool.prepare(MEMORY, parent)
+    assert list(parent.iterdir()) == []
+    (package / "package.json").write_text('{"name": "@modelcontextprotocol/server-memory", "version": "2026.8.31"}')
+    external.installed_version.cache_clear()
+    assert external.installed_version(MEMORY.server.package, MEMORY.server.version, tmp_path) == "2026.8.31"

@@ -9,7 +9,10 @@ or agents.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -276,6 +279,33 @@ def check_tools(world: ExternalWorld, listed: list[dict[str, Any]], path: str | 
 
 def _port(text: str, port: int | None) -> str:
     return text.replace("{port}", str(port)) if port is not None else text
+
+
+@functools.lru_cache(maxsize=64)
+def installed_version(package: str, version: str, servers: Path) -> str | None:
+    """The version of `package` that `make worlds` installed under `servers`, read from the install itself: an npm
+    package's package.json in `node/node_modules`, or the dist-info in the venv `<package>-<version>` (None where
+    neither exists: a server installed some other way, which nothing here can check)."""
+    npm = servers / "node" / "node_modules" / package / "package.json"
+    if npm.is_file():
+        try:
+            return str(json.loads(npm.read_text(encoding="utf-8")).get("version"))
+        except (OSError, ValueError):
+            return None
+    dist = re.sub(r"[-_.]+", "_", package).lower()
+    for info in sorted((servers / f"{package}-{version}").glob(f"lib/python*/site-packages/{dist}-*.dist-info")):
+        return info.name.removeprefix(f"{dist}-").removesuffix(".dist-info")
+    return None
+
+
+def check_installed(world: ExternalWorld) -> None:
+    """Refuse a server whose installed package is not the version its world pins: a stale `.worlds/` would
+    otherwise run another release under this one's name (mcp-server-git's git_commit changed between two)."""
+    srv = world.server
+    found = installed_version(srv.package, srv.version, servers_dir())
+    if found is not None and found != srv.version:
+        raise InputError(world.source, "server.version", srv.version, f"world '{world.id}': the installed "
+                         f"{srv.package} is {found}; `make worlds` installs the pinned servers")
 
 
 def expand(text: str, root: Path, version: str = "") -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from aft_bench.world.external import FORK_ENV, ExternalWorld
+from aft_bench.world.external import FORK_ENV, ExternalWorld, check_installed
 from aft_bench.world.mcp_http import HttpServer, free_port
 from aft_bench.world.mcp_stdio import StdioServer
 from aft_bench.world.resource import Resource
@@ -48,6 +48,7 @@ def release(server: StdioServer | HttpServer | None, resource: Resource) -> None
 def start_server(world: ExternalWorld, resource: Resource) -> tuple[StdioServer | HttpServer, list[dict[str, Any]],
                                                                       float]:
     """Start the world's server on `resource` and list its tools: (server, tools, seconds it took)."""
+    check_installed(world)
     root = resource.root
     t0 = time.perf_counter()
     srv = world.server
