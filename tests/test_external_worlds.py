@@ -278,9 +278,9 @@ def test_a_server_installed_at_another_version_than_its_world_pins_is_refused(tm
     parent = tmp_path / "scratch"
     parent.mkdir()
     with pytest.raises(InputError, match=r"world 'memory': the installed @modelcontextprotocol/server-memory is "
-                                         r"2099.1.1; `make worlds` installs the pinned servers"):
+                                         r"2099.1.1, not the pinned 2026.8.31"):
         pool.prepare(MEMORY, parent)
     assert list(parent.iterdir()) == []
     (package / "package.json").write_text('{"name": "@modelcontextprotocol/server-memory", "version": "2026.8.31"}')
-    external.installed_version.cache_clear()
-    assert external.installed_version(MEMORY.server.package, MEMORY.server.version, tmp_path) == "2026.8.31"
+    external._servers_layout.cache_clear()
+    assert external.installed_version(MEMORY) == "2026.8.31"

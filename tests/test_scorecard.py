@@ -44,7 +44,7 @@ def test_the_filesystem_scorecard_matches_the_hand_measurements_and_the_key_make
     assert bare["reissue"]["isError"] and "Could not find exact match" in bare["reissue"]["content"][0]["text"]
     assert bare["realized"] == 1 and bare["changes"] == {}
     md = (tmp_path / "filesystem-2026.8.31.md").read_text()
-    assert "| `edit_file #1` | DUPLICATE | safe | safe | 2 |" in md
+    assert "| `edit_file #1` | DUPLICATE | safe | safe | state: the effect is there 2 times |" in md
 
 
 def test_the_gate_fails_on_the_named_classes_only(tmp_path: Path) -> None:
@@ -54,8 +54,7 @@ def test_the_gate_fails_on_the_named_classes_only(tmp_path: Path) -> None:
     assert memory.returncode == 0, memory.stderr  # the memory server re-issues without harm
     lying = _cli("memory", "--fail-on", "annotation")
     assert lying.returncode == 1
-    assert ("create_entities: idempotentHint=false (or absent), but the re-issue made no second effect"
-            in lying.stderr)
+    assert "create_entities: idempotentHint=false, but the re-issue made no second effect" in lying.stderr
     unknown = _cli("memory", "--fail-on", "flaky")
     assert unknown.returncode == 2 and "--fail-on: unknown class 'flaky'" in unknown.stderr
 
@@ -83,13 +82,26 @@ def test_git_commit_went_from_a_duplicate_to_a_false_failure_between_versions() 
 
 
 def test_classify_and_contradictions_known_positives_and_negatives() -> None:
-    assert classify(2, {"isError": False}, True) == "duplicate"
-    assert classify(1, {"isError": True}, False) == "false_failure"
-    assert classify(1, {"isError": False}, False) == "silent_success"
-    assert classify(1, {"isError": False}, True) == "safe"  # changed something, but not the effect twice
-    assert classify(1, None, False) == "safe" and classify(0, None, False) == "no_effect"
-    assert classify(None, {"isError": False}, False) == "unmeasured"
-    from aft_bench.scorecard.card import Outcome
+    ok, err = {"isError": False}, {"isError": True}
+    # the identity's count where it held
+    assert classify(2, True, True, ok, None)[0] == "duplicate"
+    assert classify(1, True, False, err, "isError") == ("false_failure", "state: the effect is there once; "
+                                                         "answer: isError")
+    assert classify(1, True, False, ok, None)[0] == "silent_success"
+    assert classify(1, True, True, ok, None)[0] == "silent_success"  # changed something, not the effect twice
+    assert classify(1, True, False, None, None)[0] == "safe"
+    # no identity: the diffs decide
+    assert classify(None, True, True, ok, None) == ("duplicate", "state: the re-issue changed it again")
+    assert classify(None, True, False, ok, 'text "not found"') == (
+        "false_failure", 'state: the call changed it; answer: text "not found"')
+    assert classify(None, True, False, ok, None)[0] == "silent_success"
+    assert classify(None, False, False, ok, None)[0] == "no_effect"
+    # an identity that never held never hides a change of the state
+    assert classify(0, True, True, ok, None) == ("duplicate", "state: the identity never held; the re-issue "
+                                                 "changed it again")
+    assert classify(0, False, False, ok, None)[0] == "no_effect"
+    assert classify(0, True, False, ok, None)[0] == "silent_success"
+    from aft_bench.scorecard.card import Outcome, undeclared
 
     def out(cls: str, realized: int) -> Outcome:
         return Outcome("bare", cls, realized, None, None, None, {})
@@ -99,10 +111,33 @@ def test_classify_and_contradictions_known_positives_and_negatives() -> None:
         "idempotentHint=true, but the re-issue made a second effect",)
     assert contradictions({"idempotentHint": True}, w, out("silent_success", 1)) == ()
     assert contradictions({"idempotentHint": False}, w, out("duplicate", 2)) == ()
-    assert contradictions({}, w, out("false_failure", 1)) == (
-        "idempotentHint=false (or absent), but the re-issue made no second effect",)
+    assert contradictions({"idempotentHint": False}, w, out("false_failure", 1)) == (
+        "idempotentHint=false, but the re-issue made no second effect",)
+    assert contradictions({}, w, out("false_failure", 1)) == ()  # absent: undeclared, not a contradiction
+    assert undeclared({}, out("false_failure", 1)) == ("readOnlyHint", "idempotentHint")
+    assert undeclared({"readOnlyHint": False, "idempotentHint": False}, out("duplicate", 2)) == ()
     assert "readOnlyHint=true" in contradictions({"readOnlyHint": True, "idempotentHint": True}, w,
                                                  out("silent_success", 1))[0]
+
+
+def test_a_failure_is_read_from_isError_or_from_a_phrase_the_first_answer_lacked() -> None:
+    from aft_bench.scorecard.answers import failure_signal
+    from aft_bench.world.external import FAILURE_PHRASES
+
+    def said(text: str, is_error: bool = False) -> dict:
+        return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+    first = said("Todo added with ID 1")
+    assert failure_signal(said("ok", True), first, FAILURE_PHRASES) == "isError"
+    assert failure_signal(said("Database error: table notes already exists"), first, FAILURE_PHRASES) == \
+        'text "error"'
+    assert failure_signal(said("Todo with ID '1' not found"), first, FAILURE_PHRASES) == 'text "not found"'
+    assert failure_signal(said("Todo added with ID 2"), first, FAILURE_PHRASES) is None
+    assert failure_signal(said("0 errors, 1 row written"), first, FAILURE_PHRASES) is None  # whole words only
+    # a phrase the first answer had too is how this server always answers, not a failure
+    assert failure_signal(said("Error log rotated"), said("Error log rotated"), FAILURE_PHRASES) is None
+    assert failure_signal(said("Nope, that is gone"), first, ("nope",)) == 'text "nope"'
+    assert failure_signal(None, first, FAILURE_PHRASES) is None
 
 
 # -- bad input: one line naming the file and the problem, exit 2, nothing written, no server left ------------

@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         start_process_server()
     matrix = load_matrix(args.config, _worlds_dir(args.worlds))
     workers, note = _workers(args.workers, len(matrix.cells))
-    out = Path(args.out)
+    out = Path(os.path.abspath(args.out))  # resolved once: a relative --out gives the rows an absolute one does
     t0 = time.perf_counter()
     for i, spec in enumerate(matrix.agents):
         preflight(spec, args.config, f"experiment.agents.{i}")
@@ -532,6 +532,15 @@ def _say_memory_short(exc: BaseException) -> None:
     print(f"aft-bench: error: {said}", file=sys.stderr)
 
 
+def _absolute_env() -> None:
+    """Paths from the environment resolved once, against the folder the command started in, so that every worker
+    and server process this command starts reads the same folder (a relative AFT_BENCH_SERVERS broke them)."""
+    from aft_bench.world.external import SERVERS_ENV
+
+    if os.environ.get(SERVERS_ENV):
+        os.environ[SERVERS_ENV] = os.path.abspath(os.environ[SERVERS_ENV])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. The error contract: bad input exits 2, an output or integrity problem exits 1, each
     with one line naming the file, field or flag; anything unforeseen exits 1 with one line and a log path."""
@@ -539,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     memory.under_limit()  # under `ulimit -v`: allocators that reserve only what they use
     warnings.showwarning = _log_warning
+    _absolute_env()
     try:
         args = build_parser().parse_args(argv)
     except FlagError as exc:

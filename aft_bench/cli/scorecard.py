@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,8 +94,12 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     except WorldFailed as exc:
         print(f"aft-bench: {exc}", file=sys.stderr)
         return 1
-    print(table(card))
-    if other is not None:
+    if args.json:  # the card (and with --against the other and what changed) as JSON on stdout, for scripts
+        doc = card if other is None else {"card": card, "against": other, "changes": compare(other, card)}
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(table(card))
+    if other is not None and not args.json:
         print()
         print(table(other))
         changes = compare(other, card)
@@ -132,7 +138,13 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     command = [c for c in args.command if c != "--"]
     if not command:
         raise InputError("init-world", "COMMAND", "", "give the server's command after --")
-    target = args.worlds_dir(args.worlds) / args.name if args.into is None else Path(args.into)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name) or set(args.name) == {"."}:
+        raise InputError("init-world", "NAME", args.name, "a world's id is letters, digits, '_', '.' and '-' (it "
+                         "names a folder under --worlds)")
+    # the draft goes where the help says: --into, else --worlds/NAME, else ./worlds/NAME under the current folder
+    # (never into the project's own worlds/, wherever the command is run from)
+    base = Path(args.worlds) if args.worlds else Path.cwd() / "worlds"
+    target = Path(os.path.abspath(args.into if args.into is not None else base / args.name))
     if (target / WORLD_FILE).exists():
         raise InputError(target / WORLD_FILE, "init-world", str(target), "already exists; give a new name")
     with tempfile.TemporaryDirectory(prefix="aft-init-") as tmp:
@@ -157,7 +169,7 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     iw.add_argument("command", nargs="*", help="-- then the server's command ({root}: its folder)")
     iw.add_argument("--into", help="the folder to draft into (default: WORLDS/NAME)")
     iw.add_argument("--timeout", type=float, default=60.0, help="seconds the server may take to answer")
-    iw.add_argument("--worlds", help="the worlds folder (default: ./worlds)")
+    iw.add_argument("--worlds", help="the worlds folder to draft NAME into (default: ./worlds of the current folder)")
     iw.set_defaults(func=cmd_init_world, worlds_dir=worlds_dir)
 
     sc = sub.add_parser("scorecard", help="what a real MCP server does to a call re-issued after a lost answer, "
@@ -167,7 +179,9 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     sc.add_argument("--against", metavar="VERSION", help="also measure this version and show what changed")
     sc.add_argument("--out", help="folder to write WORLD-VERSION.json and .md into")
     sc.add_argument("--fail-on", help="comma-separated: exit 1 when a tool shows one (duplicate, false-failure, "
-                    "silent-success, annotation)")
+                    "silent-success, annotation, undeclared)")
     sc.add_argument("--quiet", action="store_true", help="no progress lines")
+    sc.add_argument("--json", action="store_true", help="print the card as JSON (with --against: both cards and what "
+                    "changed) instead of the table")
     sc.add_argument("--worlds", help="the worlds folder a world name is looked up in (default: ./worlds)")
     sc.set_defaults(func=cmd_scorecard, worlds_dir=worlds_dir)

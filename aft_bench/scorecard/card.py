@@ -1,7 +1,8 @@
 """Measure a scorecard: for each example call of each writing tool, a fresh server and folder per treatment; the
 example's set-up calls, the call with its answer lost at the gateway, then (bare) the byte-identical re-issue, (key)
 the re-issue with the gateway's idempotency key, (verify) a check of the real state and a re-issue only if the
-effect is not there. The outcome is read from the probed state, never from the server's word."""
+effect is not there. Whether the re-issue made a second effect is read from the probed state, never from the
+server's word; where it made none, its answer decides what a client was told (`answers.failure_signal`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Any, Callable
 from aft_bench.runtime.gateway import Gateway, GatewayFault, GatewaySchedule, WorldFailed
 from aft_bench.runtime.trace import Trace
 from aft_bench.world import snapshot
-from aft_bench.world.external import Example, ExternalWorld, ToolOverlay
+from aft_bench.scorecard.answers import failure_signal
+from aft_bench.world.external import Example, ExternalWorld, ToolOverlay, installed_version
 
-CLASSES = ("duplicate", "false_failure", "silent_success", "safe", "no_effect", "unmeasured")
+CLASSES = ("duplicate", "false_failure", "silent_success", "safe", "no_effect")
 TREATMENTS = ("bare", "key", "verify")
 KEY = "scorecard-1"
+MEASURED_HINTS = ("readOnlyHint", "idempotentHint")  # the annotations a scorecard's measurement speaks to
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,14 @@ class Outcome:
 
     treatment: str
     cls: str
-    realized: int | None  # how often the effect was realized from the state before the call (None: no identity)
+    realized: int | None  # how often the identity's effect was realized from the state before the call (None: none)
     first: dict[str, Any] | None  # the server's real answer to the lost call
     reissue: dict[str, Any] | None  # the server's answer to the re-issue (None: it never reached the server)
     delivered: dict[str, Any] | None  # what the client got for the re-issue
     changes: dict[str, Any]  # what the re-issue changed in the real state
     verified: bool | None = None  # the verify treatment: whether the effect was found after the lost answer
+    signal: str = ""  # what decided the class: the state's evidence, then the answer's (isError, a phrase)
+    effect: dict[str, Any] = field(default_factory=dict)  # what the lost call changed in the real state
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class ToolCard:
     overlay: dict[str, Any]
     outcomes: tuple[Outcome, ...]
     contradictions: tuple[str, ...] = ()
+    undeclared: tuple[str, ...] = ()  # the measured annotations the server does not declare (MCP's defaults apply)
 
     def outcome(self, treatment: str) -> Outcome | None:
         return next((o for o in self.outcomes if o.treatment == treatment), None)
@@ -56,6 +62,8 @@ class Scorecard:
     protocol: str | None
     tools: tuple[ToolCard, ...]
     untested: tuple[str, ...] = field(default=())  # writing tools with no example
+    installed: str | None = None  # the version read from the install itself (None: it could not be read)
+    failure_phrases: tuple[str, ...] = ()  # the phrases an answer's text was read with
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,21 +76,28 @@ def _answer(trace: Trace, inv: str, kind: str) -> dict[str, Any] | None:
     return None
 
 
-def classify(realized: int | None, reissue: dict[str, Any] | None, changed: bool) -> str:
-    """The class of a re-issue from the real state: a second effect is a duplicate; otherwise an error answer is a
-    false failure, a success that changed nothing a silent success, and a re-issue that never reached the server
-    (or whose effect was found first) safe."""
-    if realized is None:
-        return "unmeasured"
-    if realized == 0:
-        return "no_effect"
-    if realized >= 2:
-        return "duplicate"
+def classify(realized: int | None, effect: bool, again: bool, reissue: dict[str, Any] | None,
+             failure: str | None) -> tuple[str, str]:
+    """The class of a re-issue and what decided it. The state first: the identity's count where the tool has one
+    and it held, else the diffs (`effect`: the lost call changed the state; `again`: the re-issue changed it
+    again); two effects are a duplicate, none is no effect. With one, the answer: not sent is safe, a failure a
+    client reads (`failure`) a false failure, else a silent success."""
+    if realized is not None and realized >= 2:
+        return "duplicate", f"state: the effect is there {realized} times"
+    if realized == 1:
+        once = "state: the effect is there once" + ("; the re-issue changed something else" if again else "")
+    else:
+        why = "" if realized is None else "the identity never held; "
+        if not effect and not again:
+            return "no_effect", f"state: {why}the call changed nothing"
+        if effect and again:
+            return "duplicate", f"state: {why}the re-issue changed it again"
+        once = f"state: {why}{'the call' if effect else 'only the re-issue'} changed it"
     if reissue is None:
-        return "safe"
-    if reissue.get("isError"):
-        return "false_failure"
-    return "silent_success" if not changed else "safe"
+        return "safe", f"{once}; the re-issue was not sent"
+    if failure is not None:
+        return "false_failure", f"{once}; answer: {failure}"
+    return "silent_success", f"{once}; answer: success"
 
 
 def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Example, treatment: str) -> Outcome:
@@ -100,42 +115,57 @@ def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Exam
         if lost.transport != "dropped":
             raise WorldFailed(f"world '{world.id}': {tool}: the lost answer was not lost ({lost.transport})")
         first = _answer(trace, lost.inv, "server_answer")
+        mid = gw.final_state()
+        effect = snapshot.diff(before, mid)
         verified = None
         reissue_inv = None
-        if treatment == "verify":
-            verified = gw.verify(tool, ex.args)
+        if treatment == "verify":  # the identity where there is one, else: did the state change since the call
+            verified = gw.verify(tool, ex.args) if overlay.identity is not None else bool(effect)
+        changes: dict[str, Any] = {}
+        delivered = None
         if not verified:
-            mid = gw.final_state()
             again = gw.invoke(tool, ex.args, key)
             reissue_inv = again.inv
-            after = gw.final_state()
-            changes = snapshot.diff(mid, after)
+            changes = snapshot.diff(mid, gw.final_state())
             delivered = again.answer.to_dict() if again.answer is not None else None
-        else:
-            after, changes, delivered = gw.final_state(), {}, None
+        after = gw.final_state()
         reissue = _answer(trace, reissue_inv, "server_answer") if reissue_inv else None
         realized = (snapshot.realized(overlay.identity, before, after, ex.args)
                     if overlay.identity is not None else None)
     finally:
         gw.close()
-    return Outcome(treatment, classify(realized, reissue, bool(changes)), realized, first, reissue,
-                   gw._normal(delivered) if delivered else None, changes, verified)
+    failure = failure_signal(reissue, first, world.answers.failure)
+    cls, signal = classify(realized, bool(effect), bool(changes), reissue, failure)
+    return Outcome(treatment, cls, realized, first, reissue, gw._normal(delivered) if delivered else None, changes,
+                   verified, signal, effect)
+
+
+def _changed(o: Outcome) -> bool:
+    return bool(o.effect) or bool(o.changes) or bool(o.realized)
 
 
 def contradictions(annotations: dict[str, Any], overlay: ToolOverlay, bare: Outcome | None) -> tuple[str, ...]:
-    """Where the server's declared annotations disagree with what was measured (MCP's defaults when absent:
-    not read-only, not idempotent, destructive)."""
+    """Where an annotation the server declares disagrees with what was measured; an absent one contradicts
+    nothing (it is `undeclared`)."""
     if bare is None or bare.cls in ("unmeasured", "no_effect"):
         return ()
     out = []
-    idem = bool(annotations.get("idempotentHint", False))
-    if idem and bare.cls == "duplicate":
-        out.append("idempotentHint=true, but the re-issue made a second effect")
-    if not idem and bare.cls != "duplicate":
-        out.append("idempotentHint=false (or absent), but the re-issue made no second effect")
-    if annotations.get("readOnlyHint") and bare.realized:
+    if "idempotentHint" in annotations:
+        idem = bool(annotations["idempotentHint"])
+        if idem and bare.cls == "duplicate":
+            out.append("idempotentHint=true, but the re-issue made a second effect")
+        if not idem and bare.cls != "duplicate":
+            out.append("idempotentHint=false, but the re-issue made no second effect")
+    if annotations.get("readOnlyHint") and _changed(bare):
         out.append("readOnlyHint=true, but the call changed the state")
     return tuple(out)
+
+
+def undeclared(annotations: dict[str, Any], bare: Outcome | None) -> tuple[str, ...]:
+    """The annotations the measurement speaks to that the server leaves undeclared (for a measured tool)."""
+    if bare is None:
+        return ()
+    return tuple(h for h in MEASURED_HINTS if h not in annotations)
 
 
 def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
@@ -161,14 +191,13 @@ def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
         for i, ex in enumerate(overlay.examples):
             outcomes = []
             for t in treatments:
-                if t == "verify" and overlay.identity is None:
-                    continue
                 if progress is not None:
                     progress(f"{name} #{i + 1} {t}")
                 outcomes.append(_run_example(world, name, overlay, ex, t))
             bare = next((o for o in outcomes if o.treatment == "bare"), None)
             cards.append(ToolCard(name, i, ex.args, ex.note, annotations,
                                   overlay.model_dump(mode="json", include={"effect", "idempotent", "destructive"}),
-                                  tuple(outcomes), contradictions(annotations, overlay, bare)))
+                                  tuple(outcomes), contradictions(annotations, overlay, bare),
+                                  undeclared(annotations, bare)))
     return Scorecard(world.id, world.server.package, world.server.version, info, protocol, tuple(cards),
-                     tuple(untested))
+                     tuple(untested), installed_version(world), tuple(world.answers.failure))

@@ -7,8 +7,13 @@ import json
 from typing import Any
 
 LABEL = {"duplicate": "DUPLICATE", "false_failure": "false failure", "silent_success": "silent success",
-         "safe": "safe", "no_effect": "no effect (example broken?)", "unmeasured": "unmeasured (no identity)"}
-FAIL_ON = ("duplicate", "false-failure", "silent-success", "annotation")
+         "safe": "safe", "no_effect": "no effect (a read, or a broken example)", "unmeasured": "unmeasured"}
+FAIL_ON = ("duplicate", "false-failure", "silent-success", "annotation", "undeclared")
+HOW = ("Whether a re-issue made a second effect is read from the real state (the tool's identity where the world "
+       "gives one, else the probe's diffs: the lost call changed the state, and the re-issue changed it again). "
+       "Where it made none, its answer decides what a client was told: `isError`, or a failure phrase in its text "
+       "that the first answer did not have, is a false failure; anything else a silent success. The signal column "
+       "says which evidence decided each row.")
 
 
 def _text(answer: dict[str, Any] | None, width: int = 60) -> str:
@@ -30,9 +35,11 @@ def rows(card: dict[str, Any]) -> list[dict[str, Any]]:
                     "bare": bare.get("cls"), "key": (by.get("key") or {}).get("cls"),
                     "verify": (by.get("verify") or {}).get("cls"),
                     "realized": bare.get("realized"), "reissue": _text(bare.get("reissue")),
+                    "signal": bare.get("signal") or "",
                     "changes": ", ".join(sorted(bare.get("changes") or {})) or "nothing",
                     "annotations": _annotations(t["annotations"]),
-                    "contradictions": list(t["contradictions"]), "note": t["note"]})
+                    "contradictions": list(t["contradictions"]), "undeclared": list(t.get("undeclared") or ()),
+                    "note": t["note"]})
     return out
 
 
@@ -46,34 +53,47 @@ def _annotations(a: dict[str, Any]) -> str:
     return " ".join(shown) or "none"
 
 
+def installed(card: dict[str, Any]) -> str:
+    """What the install says of the version the card names."""
+    if "installed" not in card:
+        return ""
+    if card["installed"] is None:
+        return "the installed version could not be read from the install"
+    return f"installed {card['installed']}"
+
+
 def table(card: dict[str, Any]) -> str:
-    head = (f"{card['package']} {card['version']} (server {card['server'].get('name')} "
-            f"{card['server'].get('version')}, protocol {card['protocol']}): world {card['world']}")
+    head = (f"{card['package']} {card['version']} ({installed(card) + ', ' if installed(card) else ''}server says "
+            f"{card['server'].get('name')} {card['server'].get('version')}, protocol {card['protocol']}): "
+            f"world {card['world']}")
     lines = [head, "", f"{'tool':<22} {'re-issued bare':<16} {'with key':<10} {'verify':<16} annotations"]
     for r in rows(card):
         flag = "  <- " + "; ".join(r["contradictions"]) if r["contradictions"] else ""
         lines.append(f"{r['tool']:<22} {LABEL.get(r['bare'], '-'):<16} {LABEL.get(r['key'], '-'):<10} "
                      f"{LABEL.get(r['verify'], '-'):<16} {r['annotations']}{flag}")
-        lines.append(f"{'':<22} re-issue answered {r['reissue']}; it changed {r['changes']}; effects "
-                     f"realized {r['realized']}")
+        undeclared = f"; undeclared: {', '.join(r['undeclared'])}" if r["undeclared"] else ""
+        lines.append(f"{'':<22} re-issue answered {r['reissue']}; it changed {r['changes']}; "
+                     f"decided by {r['signal'] or '-'}{undeclared}")
     if card["untested"]:
         lines.append(f"no example (not measured): {', '.join(card['untested'])}")
     return "\n".join(lines)
 
 
 def markdown(card: dict[str, Any]) -> str:
+    phrases = ", ".join(f'"{p}"' for p in card.get("failure_phrases") or ())
     out = [f"# Scorecard: {card['package']} {card['version']}", "",
-           f"World `{card['world']}`; the server says it is {card['server'].get('name')} "
-           f"{card['server'].get('version')} (protocol {card['protocol']}). Each writing tool's example call had its "
-           "answer lost at the gateway after the server answered, then was re-issued with byte-identical arguments "
-           "(bare), with the gateway's idempotency key (key), or after a check of the real state (verify). Classes "
-           "are read from the real state, never from the server's answer.", "",
-           "| tool | bare re-issue | with key | verify | effects | re-issue answered | annotations | disagrees |",
-           "|---|---|---|---|---|---|---|---|"]
+           f"World `{card['world']}`; {installed(card) or 'the install was not read'}; the server says it is "
+           f"{card['server'].get('name')} {card['server'].get('version')} (protocol {card['protocol']}). Each "
+           "writing tool's example call had its answer lost at the gateway after the server answered, then was "
+           "re-issued with byte-identical arguments (bare), with the gateway's idempotency key (key), or after a "
+           f"check of the real state (verify). {HOW}" + (f" Failure phrases: {phrases}." if phrases else ""), "",
+           "| tool | bare re-issue | with key | verify | signal | re-issue answered | annotations | disagrees | "
+           "undeclared |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows(card):
         out.append(f"| `{r['tool']}` | {LABEL.get(r['bare'], '-')} | {LABEL.get(r['key'], '-')} | "
-                   f"{LABEL.get(r['verify'], '-')} | {r['realized']} | {r['reissue'].replace('|', '/')} | "
-                   f"{r['annotations']} | {'; '.join(r['contradictions']) or 'no'} |")
+                   f"{LABEL.get(r['verify'], '-')} | {r['signal'].replace('|', '/')} | "
+                   f"{r['reissue'].replace('|', '/')} | {r['annotations']} | "
+                   f"{'; '.join(r['contradictions']) or 'no'} | {', '.join(r['undeclared']) or '-'} |")
     if card["untested"]:
         out += ["", f"Writing tools with no example (not measured): {', '.join(card['untested'])}."]
     return "\n".join(out) + "\n"
@@ -115,4 +135,6 @@ def failures(card: dict[str, Any], fail_on: tuple[str, ...]) -> list[str]:
             out.append(f"{r['tool']}: a re-issued call succeeded without doing anything")
         if "annotation" in fail_on:
             out += [f"{r['tool']}: {c}" for c in r["contradictions"]]
+        if "undeclared" in fail_on:
+            out += [f"{r['tool']}: {h} undeclared" for h in r["undeclared"]]
     return out

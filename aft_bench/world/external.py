@@ -23,6 +23,7 @@ from aft_bench.common.canonical import digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
 from aft_bench.common.paths import ROOT
+from aft_bench.world import install
 
 EXTERNAL_KINDS = ("mcp_stdio", "mcp_http")  # a real MCP server over stdio, or over streamable HTTP on 127.0.0.1
 WORKSPACE = "/workspace"  # the resource folder as agents see it: the gateway maps it to the episode's real folder
@@ -31,7 +32,9 @@ FORK_ENV = "AFT_BENCH_FORK"  # "0": start every server from nothing, even where 
 
 
 def servers_dir() -> Path:
-    return Path(os.environ.get(SERVERS_ENV) or ROOT / ".worlds")
+    """Where the pinned servers are installed, as an absolute path (a relative `AFT_BENCH_SERVERS` is read from
+    the folder the command was started in, once, not from each episode's folder)."""
+    return Path(os.path.abspath(os.environ.get(SERVERS_ENV) or ROOT / ".worlds"))
 
 
 class _Strict(BaseModel):
@@ -185,6 +188,26 @@ class ToolOverlay(_Strict):
         return self.effect == "write"
 
 
+# what a server's answer says when a call failed, where it does not set `isError` (matched case-insensitively as
+# whole words): the phrases servers seen here used ("Database error: ...", "Todo with ID '1' not found")
+FAILURE_PHRASES = ("error", "failed", "failure", "not found", "already exists", "does not exist", "no such",
+                   "cannot", "can't", "could not", "couldn't", "unable to", "invalid", "denied", "refused")
+
+
+class Answers(_Strict):
+    """How a client reads this server's answers: the phrases that report a failure (besides `isError`). A
+    scorecard reads a re-issue's answer with them; episodes never do (their labels come from the state)."""
+
+    failure: tuple[str, ...] = FAILURE_PHRASES
+
+    @model_validator(mode="after")
+    def _words(self) -> Answers:
+        for i, phrase in enumerate(self.failure):
+            if not phrase.strip():
+                raise FieldProblem(f"failure.{i}", phrase, "a failure phrase has at least one character")
+        return self
+
+
 class ExternalWorld(_Strict):
     """An external MCP server as a world (`kind = "mcp_stdio"`)."""
 
@@ -196,6 +219,7 @@ class ExternalWorld(_Strict):
     probe: Probe
     foreign: tuple[tuple[str, ...], ...] = ()  # another writer's change to the resource (stale state), commands
     tools: dict[str, ToolOverlay] = Field(min_length=1)
+    answers: Answers = Answers()
     _source: str | None = PrivateAttr(default=None)  # the file it was read from (for error messages only)
 
     @property
@@ -213,8 +237,9 @@ class ExternalWorld(_Strict):
     @cached_property
     def hash(self) -> str:
         """The world's identity in rows and traces. How its server process is launched (`server.fork`) is left out:
-        a forked server plays exactly what one started from nothing plays (tests/test_external_git.py)."""
-        return digest(self.model_dump(mode="json", exclude={"server": {"fork"}}))
+        a forked server plays exactly what one started from nothing plays (tests/test_external_git.py). How its
+        answers are read (`answers`) is left out too: an episode's labels never read a server's words."""
+        return digest(self.model_dump(mode="json", exclude={"server": {"fork"}, "answers": True}))
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> ExternalWorld:
         """A copy whose hash is its own: pydantic copies the instance's dict, a cached hash of the original with it
@@ -282,10 +307,9 @@ def _port(text: str, port: int | None) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def installed_version(package: str, version: str, servers: Path) -> str | None:
+def _servers_layout(package: str, version: str, servers: Path) -> str | None:
     """The version of `package` that `make worlds` installed under `servers`, read from the install itself: an npm
-    package's package.json in `node/node_modules`, or the dist-info in the venv `<package>-<version>` (None where
-    neither exists: a server installed some other way, which nothing here can check)."""
+    package's package.json in `node/node_modules`, or the dist-info in the venv `<package>-<version>`."""
     npm = servers / "node" / "node_modules" / package / "package.json"
     if npm.is_file():
         try:
@@ -298,14 +322,34 @@ def installed_version(package: str, version: str, servers: Path) -> str | None:
     return None
 
 
-def check_installed(world: ExternalWorld) -> None:
-    """Refuse a server whose installed package is not the version its world pins: a stale `.worlds/` would
-    otherwise run another release under this one's name (mcp-server-git's git_commit changed between two)."""
+@functools.lru_cache(maxsize=64)
+def _from_command(package: str, argv: tuple[str, ...]) -> str | None:
+    return install.version_of(package, argv)
+
+
+def installed_version(world: ExternalWorld) -> str | None:
+    """The version of the world's server installed where its command starts it, read from the install (the
+    `{servers}` layout, else the venv or node package the command's program or forked interpreter lies in);
+    None where it cannot be read."""
     srv = world.server
-    found = installed_version(srv.package, srv.version, servers_dir())
+    found = _servers_layout(srv.package, srv.version, servers_dir())
+    if found is not None:
+        return found
+    nowhere = Path("/nonexistent-aft-root")  # {root} names data, never the program
+    if srv.fork is not None:
+        found = _from_command(srv.package, (expand(srv.fork.python, nowhere, srv.version),))
+    return found or _from_command(srv.package, tuple(srv.argv(nowhere)))
+
+
+def check_installed(world: ExternalWorld) -> None:
+    """Refuse a server whose installed package is not the version its world pins, wherever it is installed: a
+    stale install would otherwise run another release under this one's name (mcp-server-git's git_commit changed
+    between two)."""
+    srv = world.server
+    found = installed_version(world)
     if found is not None and found != srv.version:
         raise InputError(world.source, "server.version", srv.version, f"world '{world.id}': the installed "
-                         f"{srv.package} is {found}; `make worlds` installs the pinned servers")
+                         f"{srv.package} is {found}, not the pinned {srv.version}")
 
 
 def expand(text: str, root: Path, version: str = "") -> str:

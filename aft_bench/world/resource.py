@@ -33,7 +33,9 @@ class Resource:
 
     def __init__(self, world: ExternalWorld, parent: Path | None = None) -> None:
         self.world = world
-        self.root = Path(tempfile.mkdtemp(prefix=f"aft-{world.id}-", dir=parent))
+        # absolute and with no symlink in it, whatever `parent` was given as: the server, the probe and the
+        # gateway's path mapping all see the one same path (a relative one broke every real-server run)
+        self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"aft-{world.id}-", dir=parent)))
 
     def env(self) -> dict[str, str]:
         """The fixture's environment, expanded, over ours (for the fixture's commands and the server)."""
