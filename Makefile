@@ -4,7 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve
+.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve install
+
+## install: set up .venv only (aft-bench on .venv/bin), for scoring your own server or running your own matrix
+install: $(STAMP)
+	@echo "installed: .venv/bin/aft-bench (make worlds adds the pinned reference MCP servers)"
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +43,23 @@ $(WORLDS_STAMP): worlds/servers/python.txt worlds/servers/package.json worlds/se
 	cd $(WORLDS_DIR)/node && npm ci --silent --no-audit --no-fund
 	touch $(WORLDS_STAMP)
 
+## test-servers: third-party MCP servers no shipped world is written for (tests/servers/), beside the pinned ones
+## in .worlds: the any-server tests score them from world folders written from the tutorial alone
+TEST_SERVERS_STAMP := $(WORLDS_DIR)/.test-servers
+.PHONY: test-servers
+test-servers: $(TEST_SERVERS_STAMP)
+$(TEST_SERVERS_STAMP): tests/servers/python.txt tests/servers/package.json tests/servers/package-lock.json $(WORLDS_STAMP)
+	@grep -v '^#' tests/servers/python.txt | grep . | while read -r pins; do \
+		dir=$(WORLDS_DIR)/$$(echo $$pins | cut -d' ' -f1 | sed 's/==/-/'); \
+		[ -x $$dir/bin/python ] || $(PYTHON) -m venv $$dir || exit 1; \
+		$$dir/bin/python -m pip install --quiet $$pins || exit 1; \
+	done
+	mkdir -p $(WORLDS_DIR)/test-node
+	cp tests/servers/package.json tests/servers/package-lock.json $(WORLDS_DIR)/test-node/
+	@# sqlite3 (mcp-server-sqlite-npx's) builds its native module from source when no prebuilt one downloads
+	cd $(WORLDS_DIR)/test-node && npm ci --silent --no-audit --no-fund
+	touch $(TEST_SERVERS_STAMP)
+
 STAMP_TIME := $(shell date +%Y%m%d-%H%M%S)
 RUN_DIR := results/paper_deterministic-$(STAMP_TIME)
 SQL_DIR := results/sqlite_replication-$(STAMP_TIME)
@@ -62,7 +83,7 @@ reproduce: $(STAMP)
 ## test: set up and run the test suite
 # the suite on both cores (pytest-xdist): 2.9-4.2 min here (the machine's speed moves) against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
 PYTEST_WORKERS ?= 2
-test: $(STAMP) $(WORLDS_STAMP)
+test: $(STAMP) $(WORLDS_STAMP) $(TEST_SERVERS_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 ## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml;

@@ -169,7 +169,7 @@ def test_a_wrong_tool_name_a_refused_example_and_a_failing_probe_are_bad_input(t
                    "field 'tools.create_directory.examples.0.args': the server's schema for create_directory "
                    "refuses it: 7 is not of type 'string'"),
         "probe": (lambda t: t.replace('builtin = "folder"', 'command = ["sh", "-c", "echo nope"]'),
-                  "field 'server': world 'filesystem': probe failed: 'sh' printed something other than JSON"),
+                  "field 'probe.command': world 'filesystem': probe failed: 'sh' printed something other than JSON"),
     }
     for name, (edit, said) in cases.items():
         folder = _copy_world(tmp_path / name, edit) if (tmp_path / name).mkdir() is None else None
@@ -204,7 +204,8 @@ def test_the_tutorial_from_init_world_to_a_scorecard(tmp_path: Path) -> None:
     init = subprocess.run([sys.executable, "-m", "aft_bench.cli", "init-world", "--into", str(folder), "notes", "--",
                            "node", str(server / "index.js"), "{root}"], capture_output=True, text=True, cwd=tmp_path)
     assert init.returncode == 0, init.stderr
-    assert "14 tools (4 may write), every overlay unverified" in init.stdout
+    assert "14 tools, 4 may write" in init.stdout
+    assert "@modelcontextprotocol/server-filesystem 2026.8.31 (read from the install)" in init.stdout
     text = (folder / "world.toml").read_text()
     assert text.count("verified = false") == 14 and '[tools.edit_file]\neffect = "write"\nidempotent = false' in text
     again = subprocess.run([sys.executable, "-m", "aft_bench.cli", "init-world", "--into", str(folder), "notes", "--",
@@ -227,7 +228,7 @@ def test_the_tutorial_from_init_world_to_a_scorecard(tmp_path: Path) -> None:
     assert "2 example calls accepted; s0 has 2 records; 12 tools unverified" in live.stdout
     card = _cli(str(folder), "--out", str(tmp_path / "sc"), cwd=tmp_path)
     assert card.returncode == 0, card.stderr
-    data = json.loads((tmp_path / "sc" / "notes-0.2.0.json").read_text())
+    data = json.loads((tmp_path / "sc" / "notes-2026.8.31.json").read_text())  # the install's version, not 0.2.0
     assert _classes(data) == {"edit_file": "duplicate", "write_file": "silent_success"}
     assert set(_classes(data, "key").values()) == {"safe"}
     assert data["untested"] == ["create_directory", "move_file"]

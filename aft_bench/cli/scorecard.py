@@ -42,27 +42,99 @@ def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> Non
                                      f"{exc.message}") from None
 
 
-def live_check(world: Any, path: Path) -> str:
-    """The world against its live server: it starts on a fresh folder, the probe reads s0 as canonical JSON, every
-    tool the overlay names is listed, every example call is accepted by its schema. Failing is bad input."""
+def _placeholders(world: Any, path: Path) -> None:
+    """A draft's TODO left in the server's package or version or in an example's arguments is bad input: the
+    scorecard would otherwise send "TODO" to the server and measure nothing."""
+    from aft_bench.common.errors import InputError
+
+    for where, value in (("server.package", world.server.package), ("server.version", world.server.version)):
+        if "TODO" in value:
+            raise InputError(path, where, value, "still the draft's TODO: name the package you install and its "
+                             "version")
+
+    def strings(value: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, dict):
+            return [x for v in value.values() for x in strings(v)]
+        if isinstance(value, (list, tuple)):
+            return [x for v in value for x in strings(v)]
+        return []
+
+    for name, tool in world.tools.items():
+        for i, ex in enumerate(tool.examples):
+            for where, args in [(f"tools.{name}.examples.{i}.args", ex.args)] + [
+                    (f"tools.{name}.examples.{i}.before.{j}.args", c.args) for j, c in enumerate(ex.before)]:
+                if any("TODO" in x for x in strings(args)):
+                    raise InputError(path, where, args, "still the draft's TODO: give the call real arguments, or "
+                                     "delete the example")
+
+
+def _try_examples(world: Any, path: Path) -> list[str]:
+    """Each example called once on a fresh server and folder: a call the server answers as failed (isError or a
+    failure phrase) is bad input; one that changed nothing is named (a read, or an example that does nothing)."""
+    from aft_bench.common.errors import InputError
+    from aft_bench.runtime.gateway import Gateway, WorldFailed
+    from aft_bench.runtime.trace import Trace
+    from aft_bench.scorecard.answers import failure_signal, text_of
+    from aft_bench.world import snapshot
+
+    unchanged = []
+    for name, tool in sorted(world.tools.items()):
+        for i, ex in enumerate(tool.examples):
+            gw = Gateway(world, Trace())
+            try:
+                gw.open()
+                for j, call in enumerate(ex.before):
+                    d = gw.invoke(call.tool, call.args)
+                    said = failure_signal(d.answer.to_dict() if d.answer else None, None, world.answers.failure)
+                    if said:
+                        raise InputError(path, f"tools.{name}.examples.{i}.before.{j}", call.tool, "the server "
+                                         f"answered it as failed ({said}): {text_of(d.answer.to_dict())[:160]!r}")
+                before = gw.final_state()
+                d = gw.invoke(name, ex.args)
+                said = failure_signal(d.answer.to_dict() if d.answer else None, None, world.answers.failure)
+                if said:
+                    raise InputError(path, f"tools.{name}.examples.{i}.args", ex.args, "the server answered the "
+                                     f"call as failed ({said}): {text_of(d.answer.to_dict())[:160]!r}")
+                if not snapshot.diff(before, gw.final_state()):
+                    unchanged.append(f"{name} #{i + 1}" if len(tool.examples) > 1 else name)
+            except WorldFailed as exc:
+                raise InputError(path, exc.field, "", str(exc)) from None
+            finally:
+                gw.close()
+    return unchanged
+
+
+def live_check(world: Any, path: Path, examples: bool = False) -> str:
+    """The world against its live server: no draft placeholder is left, it starts on a fresh folder, the probe
+    reads s0 as canonical JSON, every tool the overlay names is listed, every example call is accepted by its
+    schema, and (`examples`) answered without a failure. Failing is bad input."""
     from aft_bench.common.errors import InputError
     from aft_bench.runtime.gateway import Gateway, WorldFailed
     from aft_bench.runtime.trace import Trace
 
+    _placeholders(world, path)
     gw = Gateway(world, Trace())
     try:
         gw.open()  # the server starts, lists its tools, the probe reads s0: failing here is bad input
     except WorldFailed as exc:
-        raise InputError(path, "server", world.server.version, str(exc)) from None
+        raise InputError(path, exc.field, world.server.version if exc.field == "server" else "", str(exc)) from None
     try:
         _check_examples(world, gw.listed, path)
-        examples = sum(len(t.examples) for t in world.tools.values())
+        n = sum(len(t.examples) for t in world.tools.values())
         records = sum(len(v) for v in gw.s0.get("records", {}).values())
         unverified = sum(1 for t in world.tools.values() if not t.verified)
-        return (f"server {gw.server.server_info.get('name')} {gw.server.server_info.get('version')} lists every "
-                f"tool; {examples} example calls accepted; s0 has {records} records; {unverified} tools unverified")
+        said = (f"server {gw.server.server_info.get('name')} {gw.server.server_info.get('version')} lists every "
+                f"tool; {n} example calls accepted; s0 has {records} records; {unverified} tools unverified")
     finally:
         gw.close()
+    if examples:
+        unchanged = _try_examples(world, path)
+        said += f"; every example answered without a failure" + (
+            f"; these changed nothing (reads, or examples that do nothing): {', '.join(unchanged)}"
+            if unchanged else "")
+    return said
 
 
 def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
@@ -125,17 +197,71 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _absolute_args(command: list[str]) -> list[str]:
+    """A command's relative paths that exist from the current folder made absolute: the server starts in its
+    episode's folder, where `.worlds/...` would name nothing."""
+    out = []
+    for c in command:
+        if "{" not in c and not os.path.isabs(c) and "/" in c and os.path.exists(c):
+            c = os.path.abspath(c)
+        out.append(c)
+    return out
+
+
+def _wrote(s0: dict[str, Any], s1: dict[str, Any]) -> bool:
+    """Whether a call changed the state beyond creating an empty store (a server that makes its empty todo.txt or
+    database file at first use has not written by listing it)."""
+    from aft_bench.world import snapshot
+
+    for coll, d in snapshot.diff(s0, s1).items():
+        if d["removed"] or d["changed"]:
+            return True
+        recs = snapshot.records(s1, coll)
+        if any(recs[k].get("size") != 0 for k in d["added"]):
+            return True
+    return False
+
+
+def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool]:
+    """Each tool that needs no arguments, called once with none on a fresh server and folder: did it change the
+    state (the probe's diff)? A tool whose call fails or whose server breaks is left unmeasured."""
+    from aft_bench.runtime.gateway import Gateway, WorldFailed
+    from aft_bench.runtime.trace import Trace
+    from aft_bench.world import snapshot
+
+    out: dict[str, bool] = {}
+    for tool in listed:
+        name = str(tool.get("name"))
+        schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
+        if schema.get("required") or name not in world.tools:
+            continue
+        gw = Gateway(world, Trace())
+        try:
+            gw.open()
+            d = gw.invoke(name, {})
+            if d.answer is None or d.answer.is_error:
+                continue
+            out[name] = _wrote(gw.s0, gw.final_state())
+        except WorldFailed:
+            continue
+        finally:
+            gw.close()
+    return out
+
+
 def cmd_init_world(args: argparse.Namespace) -> int:
-    """Start the server in an empty folder, list its tools, and draft a world folder for a person to finish."""
+    """Start the server in an empty folder, list its tools, measure what it can, and draft a world folder."""
+    import shutil
     import tempfile
 
     from aft_bench.common.errors import InputError
     from aft_bench.common.files import write_atomic
-    from aft_bench.world.draft import draft
-    from aft_bench.world.external import expand
+    from aft_bench.world import install
+    from aft_bench.world.draft import draft, pick_probe
+    from aft_bench.world.external import expand, load_external
     from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
 
-    command = [c for c in args.command if c != "--"]
+    command = _absolute_args([c for c in args.command if c != "--"])
     if not command:
         raise InputError("init-world", "COMMAND", "", "give the server's command after --")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name) or set(args.name) == {"."}:
@@ -148,27 +274,50 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     if (target / WORLD_FILE).exists():
         raise InputError(target / WORLD_FILE, "init-world", str(target), "already exists; give a new name")
     with tempfile.TemporaryDirectory(prefix="aft-init-") as tmp:
-        root = Path(tmp)
-        try:
-            with StdioServer([expand(c, root) for c in command], cwd=root, timeout_s=args.timeout) as srv:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        try:  # what the server says on stderr is shown when it fails (credentials redacted)
+            with StdioServer([expand(c, root, "", target) for c in command], cwd=root, timeout_s=args.timeout,
+                             stderr_path=Path(tmp) / "server.log") as srv:
                 listed, info = srv.tools(), dict(srv.server_info)
         except ServerFailed as exc:
             print(f"aft-bench: init-world: {exc}", file=sys.stderr)
             return 1
+    listed = [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("name")]
+    installed = install.identify([expand(c, Path("/nonexistent-aft-root"), "", target) for c in command])
+    probe = pick_probe(command, installed[0] if installed else None)
+    made = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
-    write_atomic(target / WORLD_FILE, draft(args.name, command, listed, info))
-    writes = sum(1 for t in listed if not (t.get("annotations") or {}).get("readOnlyHint"))
-    print(f"drafted {target / WORLD_FILE}: {len(listed)} tools ({writes} may write), every overlay unverified; "
-          f"finish the TODOs, then `aft-bench validate --live {target}` and `aft-bench scorecard {target}`")
+    try:
+        write_atomic(target / WORLD_FILE, draft(args.name, command, listed, info, installed, probe, {}))
+        measured = _measure_effects(load_external(target), listed)
+        text = draft(args.name, command, listed, info, installed, probe, measured)
+        write_atomic(target / WORLD_FILE, text)
+    except BaseException:
+        if made:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            (target / WORLD_FILE).unlink(missing_ok=True)
+        raise
+    world = load_external(target)
+    writes = world.writes()
+    pkg = f"{installed[0]} {installed[1]} (read from the install)" if installed else \
+        "package and version unknown (the install could not be read: fill them in)"
+    print(f"drafted {target / WORLD_FILE}: {len(listed)} tools, {len(writes)} may write ({len(measured)} measured "
+          f"with no arguments); {pkg}; probe {probe.builtin}" + (f" {probe.path}" if probe.path != "." else "") +
+          f" ({probe.why}). Next: give each example real arguments (or delete it), then `aft-bench validate --live "
+          f"{target}` and `aft-bench scorecard {target}`")
     return 0
 
 
 def add_parsers(sub: Any, worlds_dir: Any) -> None:
+    from aft_bench.cli.flags import number
+
     iw = sub.add_parser("init-world", help="draft a world folder from a live MCP server: NAME -- COMMAND ARGS...")
     iw.add_argument("name", help="the world's id (its folder under --worlds)")
     iw.add_argument("command", nargs="*", help="-- then the server's command ({root}: its folder)")
     iw.add_argument("--into", help="the folder to draft into (default: WORLDS/NAME)")
-    iw.add_argument("--timeout", type=float, default=60.0, help="seconds the server may take to answer")
+    iw.add_argument("--timeout", type=number(0, 600, lo_open=True), default=60.0, help="seconds the server may take to answer")
     iw.add_argument("--worlds", help="the worlds folder to draft NAME into (default: ./worlds of the current folder)")
     iw.set_defaults(func=cmd_init_world, worlds_dir=worlds_dir)
 

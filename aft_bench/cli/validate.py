@@ -165,7 +165,7 @@ def validate_path(raw: str, worlds: Path, live: bool = False) -> str:
             from aft_bench.cli.scorecard import live_check
             from aft_bench.world.external import load_external
 
-            line += f"; live: {live_check(load_external(p), p)}"
+            line += f"; live: {live_check(load_external(p), p, examples=True)}"
         return line
     for key, (kind, check) in KINDS.items():
         if key in data:

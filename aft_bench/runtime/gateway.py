@@ -74,7 +74,12 @@ def load_gateway_schedule(path: str | Path, world: ExternalWorld) -> GatewaySche
 
 
 class WorldFailed(Exception):
-    """The external world failed during an episode (server, fixture or probe): the tuple stays pending."""
+    """The external world failed during an episode (server, fixture or probe): the tuple stays pending. `field`
+    names the world file's field that failed (`server`, `probe.sqlite`, `fixture.commands`, ...)."""
+
+    def __init__(self, message: str, field: str = "server") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class Gateway:
             check_tools(self.world, self.listed, self.world.source)
         except ResourceFailed as exc:  # its message names the world already
             self.close()
-            raise WorldFailed(str(exc)) from None
+            raise WorldFailed(str(exc), exc.field) from None
         except ServerFailed as exc:
             self.close()
             raise WorldFailed(f"world '{self.world.id}': {exc}") from None
@@ -230,7 +235,7 @@ class Gateway:
         try:
             now = self._resource.probe()
         except ResourceFailed as exc:
-            raise WorldFailed(str(exc)) from None
+            raise WorldFailed(str(exc), exc.field) from None
         changes = snapshot.diff(self.state, now)
         self.state = now
         self.trace.append(kind, **data, changes=changes, hash=digest(now))

@@ -77,7 +77,7 @@ def _answer(trace: Trace, inv: str, kind: str) -> dict[str, Any] | None:
 
 
 def classify(realized: int | None, effect: bool, again: bool, reissue: dict[str, Any] | None,
-             failure: str | None) -> tuple[str, str]:
+             failure: str | None, first_failure: str | None = None) -> tuple[str, str]:
     """The class of a re-issue and what decided it. The state first: the identity's count where the tool has one
     and it held, else the diffs (`effect`: the lost call changed the state; `again`: the re-issue changed it
     again); two effects are a duplicate, none is no effect. With one, the answer: not sent is safe, a failure a
@@ -89,7 +89,8 @@ def classify(realized: int | None, effect: bool, again: bool, reissue: dict[str,
     else:
         why = "" if realized is None else "the identity never held; "
         if not effect and not again:
-            return "no_effect", f"state: {why}the call changed nothing"
+            failed = f" (its answer: {first_failure})" if first_failure else ""
+            return "no_effect", f"state: {why}the call changed nothing{failed}"
         if effect and again:
             return "duplicate", f"state: {why}the re-issue changed it again"
         once = f"state: {why}{'the call' if effect else 'only the re-issue'} changed it"
@@ -135,7 +136,8 @@ def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Exam
     finally:
         gw.close()
     failure = failure_signal(reissue, first, world.answers.failure)
-    cls, signal = classify(realized, bool(effect), bool(changes), reissue, failure)
+    cls, signal = classify(realized, bool(effect), bool(changes), reissue, failure,
+                           failure_signal(first, None, world.answers.failure))
     return Outcome(treatment, cls, realized, first, reissue, gw._normal(delivered) if delivered else None, changes,
                    verified, signal, effect)
 
@@ -170,7 +172,7 @@ def undeclared(annotations: dict[str, Any], bare: Outcome | None) -> tuple[str, 
 
 def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
             progress: Callable[[str], None] | None = None) -> Scorecard:
-    """The scorecard of `world`'s server: every example of every writing tool under each treatment."""
+    """The scorecard of `world`'s server: every example of every tool under each treatment."""
     probe = Gateway(world, Trace())
     probe.open()
     try:
@@ -182,10 +184,11 @@ def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
         probe.close()
     cards = []
     untested = []
-    for name in world.writes():
-        overlay = world.tools[name]
+    for name in sorted(world.tools):  # every tool with an example (a read's is measured too); a write without one
+        overlay = world.tools[name]  # is listed as not measured
         if not overlay.examples:
-            untested.append(name)
+            if overlay.is_write:
+                untested.append(name)
             continue
         annotations = dict(listed.get(name, {}).get("annotations") or {})
         for i, ex in enumerate(overlay.examples):

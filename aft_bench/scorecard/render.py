@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 LABEL = {"duplicate": "DUPLICATE", "false_failure": "false failure", "silent_success": "silent success",
-         "safe": "safe", "no_effect": "no effect (a read, or a broken example)", "unmeasured": "unmeasured"}
+         "safe": "safe", "no_effect": "no effect", "unmeasured": "unmeasured"}
 FAIL_ON = ("duplicate", "false-failure", "silent-success", "annotation", "undeclared")
 HOW = ("Whether a re-issue made a second effect is read from the real state (the tool's identity where the world "
        "gives one, else the probe's diffs: the lost call changed the state, and the re-issue changed it again). "

@@ -73,17 +73,17 @@ class Server(_Strict):
             raise FieldProblem("fork", self.fork.entry, "the forked launcher starts stdio servers, not HTTP ones")
         return self
 
-    def launch(self, root: Path) -> tuple[str, str, tuple[str, ...]] | None:
+    def launch(self, root: Path, folder: Path | None = None) -> tuple[str, str, tuple[str, ...]] | None:
         """The forked launcher to start this server with (its interpreter, entry, preloads), or None."""
         if self.fork is None or os.environ.get(FORK_ENV) == "0":
             return None
-        return expand(self.fork.python, root, self.version), self.fork.entry, self.fork.preload
+        return expand(self.fork.python, root, self.version, folder), self.fork.entry, self.fork.preload
 
-    def argv(self, root: Path, port: int | None = None) -> list[str]:
-        return [_port(expand(a, root, self.version), port) for a in self.command]
+    def argv(self, root: Path, port: int | None = None, folder: Path | None = None) -> list[str]:
+        return [_port(expand(a, root, self.version, folder), port) for a in self.command]
 
-    def environment(self, root: Path, port: int | None = None) -> dict[str, str]:
-        return {k: _port(expand(v, root, self.version), port) for k, v in self.env.items()}
+    def environment(self, root: Path, port: int | None = None, folder: Path | None = None) -> dict[str, str]:
+        return {k: _port(expand(v, root, self.version, folder), port) for k, v in self.env.items()}
 
 
 class Fixture(_Strict):
@@ -105,18 +105,31 @@ class Fixture(_Strict):
         return self
 
 
-class Probe(_Strict):
-    """How the real state is read without the server: a built-in reader, or a command printing JSON."""
+PROBES = ("git", "folder", "sqlite", "jsonl", "jsonl_graph")  # the built-in readers (world/resource.py)
 
-    builtin: Literal["git", "folder", "jsonl_graph"] | None = None
+
+class Probe(_Strict):
+    """How the real state is read without the server: a built-in reader, or a command printing JSON.
+
+    `folder` walks a folder, or reads one fixed file (`path = "todo.txt"`); `sqlite` reads every table's rows of a
+    database file; `jsonl` every line of a JSON-lines file (keyed by the field `key`, else `id`/`name`, else its
+    content); `jsonl_graph` a knowledge-graph JSONL file; `git` a repository. `path` is inside the resource."""
+
+    builtin: Literal["git", "folder", "sqlite", "jsonl", "jsonl_graph"] | None = None
     command: tuple[str, ...] | None = None
-    path: str = "."  # for `folder` (what to walk) and `jsonl_graph` (the file), relative to the resource
+    path: str = "."  # what the built-in reads, relative to the resource (never outside it)
+    key: str | None = None  # `jsonl`: the field that names a line's record
     timeout_s: float = Field(default=30.0, gt=0, le=600)
 
     @model_validator(mode="after")
     def _one(self) -> Probe:
         if (self.builtin is None) == (self.command is None):
             raise FieldProblem("probe", "", "a probe is exactly one of builtin, command")
+        p = Path(self.path)
+        if p.is_absolute() or ".." in p.parts or "{" in self.path:
+            raise FieldProblem("path", self.path, "a probe reads inside the resource: a relative path without '..'")
+        if self.builtin in ("sqlite", "jsonl", "jsonl_graph") and self.path in (".", ""):
+            raise FieldProblem("path", self.path, f"the {self.builtin} probe reads one file: name it")
         return self
 
 
@@ -226,6 +239,11 @@ class ExternalWorld(_Strict):
     def source(self) -> str:
         """The world file, as errors name it."""
         return self._source or f"worlds/{self.id}/world.toml"
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder the world file lies in (what `{world}` names), absolute; None for a world made in code."""
+        return Path(os.path.abspath(self._source)).parent if self._source else None
 
     @model_validator(mode="after")
     def _transport(self) -> ExternalWorld:
@@ -337,8 +355,8 @@ def installed_version(world: ExternalWorld) -> str | None:
         return found
     nowhere = Path("/nonexistent-aft-root")  # {root} names data, never the program
     if srv.fork is not None:
-        found = _from_command(srv.package, (expand(srv.fork.python, nowhere, srv.version),))
-    return found or _from_command(srv.package, tuple(srv.argv(nowhere)))
+        found = _from_command(srv.package, (expand(srv.fork.python, nowhere, srv.version, world.folder),))
+    return found or _from_command(srv.package, tuple(srv.argv(nowhere, folder=world.folder)))
 
 
 def check_installed(world: ExternalWorld) -> None:
@@ -352,6 +370,8 @@ def check_installed(world: ExternalWorld) -> None:
                          f"{srv.package} is {found}, not the pinned {srv.version}")
 
 
-def expand(text: str, root: Path, version: str = "") -> str:
-    """`{root}`, `{servers}` and `{version}` (the server's) in a command, environment value or path."""
-    return text.replace("{root}", str(root)).replace("{servers}", str(servers_dir())).replace("{version}", version)
+def expand(text: str, root: Path, version: str = "", folder: Path | None = None) -> str:
+    """`{root}`, `{servers}`, `{version}` (the server's) and `{world}` (the world's own folder, where a probe script
+    or a server kept beside world.toml lies) in a command, environment value or path."""
+    text = text.replace("{root}", str(root)).replace("{servers}", str(servers_dir())).replace("{version}", version)
+    return text.replace("{world}", str(folder)) if folder is not None else text

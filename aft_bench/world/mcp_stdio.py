@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from aft_bench.common.lifetime import die_with_parent
+from aft_bench.common.secrets import redact
 from aft_bench.world.launcher import ForkedProcess, LaunchFailed, launcher
 
 PROTOCOL_VERSION = "2025-06-18"  # what we ask for; the server's answer is recorded, whatever it picks
@@ -245,7 +246,7 @@ class StdioServer(Connection):
             lines = self.stderr_path.read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return lines[-1][:300] if lines else ""
+        return redact(lines[-1][:300]) if lines else ""  # a server's stderr may hold a key
 
 
 class _RpcError(ServerFailed):

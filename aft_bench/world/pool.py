@@ -56,12 +56,13 @@ def start_server(world: ExternalWorld, resource: Resource) -> tuple[StdioServer 
     server: StdioServer | HttpServer
     if srv.url is not None:  # streamable HTTP on a free port of 127.0.0.1
         port = free_port()
-        server = HttpServer(srv.argv(root, port), srv.url.replace("{port}", str(port)), cwd=root,
-                            env={**resource.env(), **srv.environment(root, port)}, stderr_path=log,
+        server = HttpServer(srv.argv(root, port, world.folder), srv.url.replace("{port}", str(port)), cwd=root,
+                            env={**resource.env(), **srv.environment(root, port, world.folder)}, stderr_path=log,
                             timeout_s=srv.start_timeout_s).start()
     else:
-        server = StdioServer(srv.argv(root), cwd=root, env={**resource.env(), **srv.environment(root)},
-                             stderr_path=log, timeout_s=srv.start_timeout_s, fork=srv.launch(root)).start()
+        server = StdioServer(srv.argv(root, folder=world.folder), cwd=root,
+                             env={**resource.env(), **srv.environment(root, folder=world.folder)}, stderr_path=log,
+                             timeout_s=srv.start_timeout_s, fork=srv.launch(root, world.folder)).start()
     try:
         server.timeout_s = srv.call_timeout_s
         listed = server.tools()

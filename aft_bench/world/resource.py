@@ -25,7 +25,20 @@ COMMAND_TIMEOUT_S = 60.0
 
 
 class ResourceFailed(Exception):
-    """The fixture, a foreign write or the probe failed; the message names which and how."""
+    """The fixture, a foreign write or the probe failed; the message names which and how, `field` the world
+    file's field that did (`probe`, `fixture.commands`, `foreign`)."""
+
+    def __init__(self, message: str, field: str = "probe") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _stderr(err: bytes) -> str:
+    """A failing command's last words, credentials redacted (what a server or probe prints may hold a key)."""
+    from aft_bench.common.secrets import redact
+
+    lines = err.decode(errors="replace").strip().splitlines()
+    return redact(" / ".join(lines[-3:])[:300]) if lines else "nothing on stderr"
 
 
 class Resource:
@@ -39,7 +52,8 @@ class Resource:
 
     def env(self) -> dict[str, str]:
         """The fixture's environment, expanded, over ours (for the fixture's commands and the server)."""
-        return {k: expand(v, self.root) for k, v in self.world.fixture.env.items()}
+        return {k: expand(v, self.root, self.world.server.version, self.world.folder)
+                for k, v in self.world.fixture.env.items()}
 
     def make(self) -> Resource:
         fx = self.world.fixture
@@ -49,7 +63,7 @@ class Resource:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(text, encoding="utf-8")
             for cmd in fx.commands:
-                self.run(cmd, "fixture")
+                self.run(cmd, "fixture", "fixture.commands")
         except BaseException:
             self.remove()
             raise
@@ -58,56 +72,66 @@ class Resource:
     def foreign_write(self) -> None:
         """Another writer changes the resource (the world's `foreign` commands)."""
         for cmd in self.world.foreign:
-            self.run(cmd, "foreign write")
+            self.run(cmd, "foreign write", "foreign")
 
-    def run(self, cmd: Sequence[str], what: str) -> str:
-        argv = [expand(a, self.root) for a in cmd]
+    def run(self, cmd: Sequence[str], what: str, field: str) -> str:
+        argv = [expand(a, self.root, self.world.server.version, self.world.folder) for a in cmd]
         try:
             done = subprocess.run(argv, cwd=self.root, env={**os.environ, **self.env()}, capture_output=True,
                                   timeout=COMMAND_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ResourceFailed(f"world '{self.world.id}': {what} command {argv[0]!r} failed: {exc}") from None
+            raise ResourceFailed(f"world '{self.world.id}': {what} command {argv[0]!r} failed: {exc}", field) \
+                from None
         if done.returncode != 0:
-            err = done.stderr.decode(errors="replace").strip().splitlines()
             raise ResourceFailed(f"world '{self.world.id}': {what} command {' '.join(argv)!r} exited "
-                                 f"{done.returncode}: {err[-1] if err else 'no message'}")
+                                 f"{done.returncode}: {_stderr(done.stderr)}", field)
         return done.stdout.decode(errors="replace")
 
     def probe(self) -> dict[str, Any]:
         """The real state now, as a canonical snapshot."""
-        return probe(self.world.probe, self.root, self.env(), self.world.id)
+        return probe(self.world.probe, self.root, self.env(), self.world.id, self.world.folder)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str) -> dict[str, Any]:
+def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: Path | None = None) -> dict[str, Any]:
+    field = "probe.command" if spec.command is not None else f"probe.{spec.builtin}"
     try:
         if spec.builtin is not None:
-            snap = BUILTIN[spec.builtin](root / spec.path, env, spec.timeout_s)
+            snap = BUILTIN[spec.builtin](inside(root, spec.path), env, spec.timeout_s, spec)
         else:
-            snap = _command_probe(spec, root, env)
+            snap = _command_probe(spec, root, env, folder)
+        return check_snapshot(snap, f"world '{world_id}': probe")
     except ResourceFailed as exc:
-        raise ResourceFailed(f"world '{world_id}': probe failed: {exc}") from None
-    return check_snapshot(snap, f"world '{world_id}': probe")
+        raise ResourceFailed(f"world '{world_id}': probe failed: {exc}", field) from None
+
+
+def inside(root: Path, rel: str) -> Path:
+    """`root/rel`, refused where it leaves the resource (a symlink a server planted to a file of the user's)."""
+    base = Path(os.path.realpath(root))
+    target = Path(os.path.realpath(base / rel))
+    if target != base and base not in target.parents:
+        raise ResourceFailed(f"{rel!r} leads outside the resource")
+    return target
 
 
 def check_snapshot(snap: Any, who: str) -> dict[str, Any]:
     """A snapshot is an object with `records`: collections of keyed records, each an object; canonical JSON."""
     if not isinstance(snap, dict) or not isinstance(snap.get("records"), dict):
-        raise ResourceFailed(f"{who} printed JSON without a 'records' object")
+        raise ResourceFailed("printed JSON without a 'records' object")
     for coll, recs in snap["records"].items():
         if not isinstance(recs, dict) or not all(isinstance(r, dict) for r in recs.values()):
-            raise ResourceFailed(f"{who}: collection {coll!r} is not an object of records (objects)")
+            raise ResourceFailed(f"collection {coll!r} is not an object of records (objects)")
     try:
         return json.loads(canonical_json(snap))
     except (TypeError, ValueError) as exc:
-        raise ResourceFailed(f"{who} gave a value that is not canonical JSON: {exc}") from None
+        raise ResourceFailed(f"gave a value that is not canonical JSON: {exc}") from None
 
 
-def _command_probe(spec: Probe, root: Path, env: dict[str, str]) -> Any:
+def _command_probe(spec: Probe, root: Path, env: dict[str, str], folder: Path | None) -> Any:
     assert spec.command is not None
-    argv = [expand(a, root) for a in spec.command]
+    argv = [expand(a, root, "", folder) for a in spec.command]
     try:
         done = subprocess.run(argv, cwd=root, env={**os.environ, **env}, capture_output=True, timeout=spec.timeout_s)
     except subprocess.TimeoutExpired:
@@ -115,7 +139,7 @@ def _command_probe(spec: Probe, root: Path, env: dict[str, str]) -> Any:
     except OSError as exc:
         raise ResourceFailed(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
     if done.returncode != 0:
-        raise ResourceFailed(f"{argv[0]!r} exited {done.returncode}")
+        raise ResourceFailed(f"{argv[0]!r} exited {done.returncode}: {_stderr(done.stderr)}")
     try:
         return json.loads(done.stdout)
     except ValueError:
@@ -192,7 +216,7 @@ def _file_record(p: Path) -> dict[str, Any]:
     return rec
 
 
-def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+def probe_git(root: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
     """Commits reachable from any ref (message, tree, parents, whether it changed nothing), branches, HEAD, the
     index's staged paths and the work tree's files, read with git plumbing."""
     commits: dict[str, dict[str, Any]] = {}
@@ -229,16 +253,23 @@ def probe_git(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]
     files = {}
     for rel in sorted(set(x for x in listed.split("\x00") if x)):
         p = root / rel
-        if p.is_file():
+        if p.is_symlink():  # its target's name, never the file it leads to (which may lie outside the resource)
+            files[rel] = {"symlink": os.readlink(p)}
+        elif p.is_file():
             files[rel] = _file_record(p)
     return {"records": {"commits": commits, "branches": branches, "head": {"HEAD": head}, "staged": staged,
                         "files": files}}
 
 
-def probe_folder(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Every file (content hash, size, text when small) and folder under `root`, by relative path."""
+def probe_folder(root: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
+    """Every file (content hash, size, text when small), symlink (its target's name) and folder under `root`, by
+    relative path; or, where `root` names one file (`path = "todo.txt"`), that file alone (none until it exists)."""
     files: dict[str, dict[str, Any]] = {}
     dirs: dict[str, dict[str, Any]] = {}
+    if spec is not None and spec.path not in (".", "") and not root.is_dir():
+        if root.is_file():
+            files[Path(spec.path).as_posix()] = _file_record(root)
+        return {"records": {"files": files}}
     if not root.is_dir():
         raise ResourceFailed(f"{root} is not a folder")
     for dirpath, dirnames, filenames in os.walk(root):
@@ -248,12 +279,82 @@ def probe_folder(root: Path, env: dict[str, str], timeout: float) -> dict[str, A
             dirs[(base / d).relative_to(root).as_posix()] = {"dir": True}
         for f in sorted(filenames):
             p = base / f
-            if p.is_file() and not p.is_symlink():
+            if p.is_symlink():
+                files[p.relative_to(root).as_posix()] = {"symlink": os.readlink(p)}
+            elif p.is_file():
                 files[p.relative_to(root).as_posix()] = _file_record(p)
     return {"records": {"files": files, "dirs": dirs}}
 
 
-def probe_jsonl_graph(path: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+def _cell(value: Any) -> Any:
+    """A SQLite value as JSON: a blob as its hex, a float that is whole kept a float's text."""
+    if isinstance(value, bytes):
+        return {"blob": value.hex()}
+    return value
+
+
+def probe_sqlite(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
+    """A SQLite database read-only: `sqlite_master` (every table, index, view and trigger with its SQL), and each
+    table's rows by rowid (by their content for a table without rowids); no database yet is an empty one."""
+    import sqlite3
+
+    records: dict[str, dict[str, Any]] = {"sqlite_master": {}}
+    if not path.exists():
+        return {"records": records}
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+    except sqlite3.Error as exc:
+        raise ResourceFailed(f"{path.name}: {exc}") from None
+    try:
+        master = con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall()
+        for kind, name, table, sql in master:
+            records["sqlite_master"][str(name)] = {"type": kind, "table": table, "sql": sql}
+        for kind, name, _, sql in master:
+            if kind != "table" or str(name).startswith("sqlite_"):
+                continue
+            quoted = '"' + str(name).replace('"', '""') + '"'
+            rows: dict[str, Any] = {}
+            without_rowid = "WITHOUT ROWID" in str(sql or "").upper()
+            cur = con.execute(f"SELECT * FROM {quoted}" if without_rowid else f"SELECT rowid, * FROM {quoted}")
+            cols = [d[0] for d in cur.description]
+            for row in cur:
+                if without_rowid:
+                    rec = {c: _cell(v) for c, v in zip(cols, row)}
+                    _keep(rows, canonical_json(rec), rec)
+                else:
+                    rows[str(row[0])] = {c: _cell(v) for c, v in zip(cols[1:], row[1:])}
+            records[str(name)] = rows
+    except sqlite3.Error as exc:
+        raise ResourceFailed(f"{path.name}: {exc}") from None
+    finally:
+        con.close()
+    return {"records": records}
+
+
+LINE_KEYS = ("id", "name", "key", "uuid")
+
+
+def probe_jsonl(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
+    """A JSON-lines file: each line a record of `lines`, keyed by the probe's `key` field, else the first of `id`,
+    `name`, `key`, `uuid` it has, else a digest of its content; a second line under one key is `key#2`."""
+    lines: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return {"records": {"lines": lines}}
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
+        rec = item if isinstance(item, dict) else {"value": item}
+        names = (spec.key,) if spec is not None and spec.key else LINE_KEYS
+        key = next((str(rec[k]) for k in names if k in rec and not isinstance(rec[k], (dict, list))), None)
+        _keep(lines, key if key is not None else hashlib.sha256(canonical_json(rec).encode()).hexdigest()[:16], rec)
+    return {"records": {"lines": lines}}
+
+
+def probe_jsonl_graph(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
     """A knowledge-graph JSONL file (the memory server's): entities by name, relations by `from|type|to`; a second
     line for the same entity or relation is kept as `name#2`, `name#3` (so a duplicate can be counted)."""
     entities: dict[str, dict[str, Any]] = {}
@@ -285,5 +386,6 @@ def _keep(coll: dict[str, dict[str, Any]], key: str, rec: dict[str, Any]) -> Non
     coll[k] = rec
 
 
-BUILTIN: dict[str, Callable[[Path, dict[str, str], float], dict[str, Any]]] = {
-    "git": probe_git, "folder": probe_folder, "jsonl_graph": probe_jsonl_graph}
+BUILTIN: dict[str, Callable[[Path, dict[str, str], float, Probe], dict[str, Any]]] = {
+    "git": probe_git, "folder": probe_folder, "sqlite": probe_sqlite, "jsonl": probe_jsonl,
+    "jsonl_graph": probe_jsonl_graph}
