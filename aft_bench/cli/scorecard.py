@@ -24,6 +24,19 @@ def _world_path(ref: str, worlds: Path) -> Path:
     return worlds / ref / WORLD_FILE
 
 
+def _unplaced(args: Any, schema: Any) -> Any:
+    """Arguments with each `{before.N...}` placeholder left out of the schema check (its value comes at run time;
+    the property stays present, as a value of its declared type where the schema gives one)."""
+    from aft_bench.scorecard.answers import PLACEHOLDER
+    from aft_bench.world.draft import SAMPLE
+
+    if not isinstance(args, dict):
+        return args
+    props = (schema or {}).get("properties") or {} if isinstance(schema, dict) else {}
+    return {k: (SAMPLE.get(str((props.get(k) or {}).get("type")), v) if isinstance(v, str) and PLACEHOLDER.match(v)
+                else v) for k, v in args.items()}
+
+
 def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> None:
     """Every example call's arguments are accepted by the live server's input schema for its tool."""
     import jsonschema
@@ -36,7 +49,7 @@ def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> Non
             for where, call_tool, args in [(f"tools.{name}.examples.{i}.args", name, ex.args)] + [
                     (f"tools.{name}.examples.{i}.before.{j}.args", c.tool, c.args) for j, c in enumerate(ex.before)]:
                 try:
-                    jsonschema.validate(args, schemas.get(call_tool, {}))
+                    jsonschema.validate(_unplaced(args, schemas.get(call_tool, {})), schemas.get(call_tool, {}))
                 except jsonschema.ValidationError as exc:
                     raise InputError(path, where, args, f"the server's schema for {call_tool} refuses it: "
                                      f"{exc.message}") from None
@@ -70,6 +83,17 @@ def _placeholders(world: Any, path: Path) -> None:
                                      "delete the example")
 
 
+def _resolved(args: Any, earlier: list[Any], path: Path, where: str) -> Any:
+    """An example's `{before.N.field}` filled from the set-up calls' answers, or bad input naming it."""
+    from aft_bench.common.errors import InputError
+    from aft_bench.scorecard.answers import resolve
+
+    try:
+        return resolve(args, earlier)
+    except LookupError as exc:
+        raise InputError(path, where, args, str(exc)) from None
+
+
 def _try_examples(world: Any, path: Path) -> list[str]:
     """Each example called once on a fresh server and folder: a call the server answers as failed (isError or a
     failure phrase) is bad input; one that changed nothing is named (a read, or an example that does nothing)."""
@@ -85,14 +109,18 @@ def _try_examples(world: Any, path: Path) -> list[str]:
             gw = Gateway(world, Trace())
             try:
                 gw.open()
+                earlier: list[dict[str, Any] | None] = []
                 for j, call in enumerate(ex.before):
-                    d = gw.invoke(call.tool, call.args)
-                    said = failure_signal(d.answer.to_dict() if d.answer else None, None, world.answers.failure)
+                    d = gw.invoke(call.tool, _resolved(call.args, earlier, path, f"tools.{name}.examples.{i}."
+                                                                                  f"before.{j}.args"))
+                    answer = d.answer.to_dict() if d.answer else None
+                    said = failure_signal(answer, None, world.answers.failure)
                     if said:
                         raise InputError(path, f"tools.{name}.examples.{i}.before.{j}", call.tool, "the server "
-                                         f"answered it as failed ({said}): {text_of(d.answer.to_dict())[:160]!r}")
+                                         f"answered it as failed ({said}): {text_of(answer)[:160]!r}")
+                    earlier.append(answer)
                 before = gw.final_state()
-                d = gw.invoke(name, ex.args)
+                d = gw.invoke(name, _resolved(ex.args, earlier, path, f"tools.{name}.examples.{i}.args"))
                 said = failure_signal(d.answer.to_dict() if d.answer else None, None, world.answers.failure)
                 if said:
                     raise InputError(path, f"tools.{name}.examples.{i}.args", ex.args, "the server answered the "

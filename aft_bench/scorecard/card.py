@@ -12,7 +12,7 @@ from typing import Any, Callable
 from aft_bench.runtime.gateway import Gateway, GatewayFault, GatewaySchedule, WorldFailed
 from aft_bench.runtime.trace import Trace
 from aft_bench.world import snapshot
-from aft_bench.scorecard.answers import failure_signal
+from aft_bench.scorecard.answers import failure_signal, resolve
 from aft_bench.world.external import Example, ExternalWorld, ToolOverlay, installed_version
 
 CLASSES = ("duplicate", "false_failure", "silent_success", "safe", "no_effect")
@@ -108,11 +108,17 @@ def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Exam
         GatewayFault(kind="response_loss", tool=tool, occurrence=occurrence),)), keys=treatment == "key")
     gw.open()
     try:
+        earlier = []
         for call in ex.before:
-            gw.invoke(call.tool, call.args)
+            d = gw.invoke(call.tool, resolve(call.args, earlier) if earlier else call.args)
+            earlier.append(d.answer.to_dict() if d.answer is not None else None)
+        try:
+            args = resolve(ex.args, earlier)
+        except LookupError as exc:
+            raise WorldFailed(f"world '{world.id}': {tool}: {exc}", f"tools.{tool}.examples") from None
         before = gw.final_state()
         key = KEY if treatment == "key" else None
-        lost = gw.invoke(tool, ex.args, key)
+        lost = gw.invoke(tool, args, key)
         if lost.transport != "dropped":
             raise WorldFailed(f"world '{world.id}': {tool}: the lost answer was not lost ({lost.transport})")
         first = _answer(trace, lost.inv, "server_answer")
@@ -121,17 +127,17 @@ def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Exam
         verified = None
         reissue_inv = None
         if treatment == "verify":  # the identity where there is one, else: did the state change since the call
-            verified = gw.verify(tool, ex.args) if overlay.identity is not None else bool(effect)
+            verified = gw.verify(tool, args) if overlay.identity is not None else bool(effect)
         changes: dict[str, Any] = {}
         delivered = None
         if not verified:
-            again = gw.invoke(tool, ex.args, key)
+            again = gw.invoke(tool, args, key)
             reissue_inv = again.inv
             changes = snapshot.diff(mid, gw.final_state())
             delivered = again.answer.to_dict() if again.answer is not None else None
         after = gw.final_state()
         reissue = _answer(trace, reissue_inv, "server_answer") if reissue_inv else None
-        realized = (snapshot.realized(overlay.identity, before, after, ex.args)
+        realized = (snapshot.realized(overlay.identity, before, after, args)
                     if overlay.identity is not None else None)
     finally:
         gw.close()

@@ -13,7 +13,9 @@ from typing import Any, Sequence
 
 from aft_bench.world.external import FAILURE_PHRASES
 
-SAMPLE = {"string": "TODO", "integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}
+SAMPLE = {"string": "TODO", "integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}  # by type
+# what a draft puts where a person must give a value: every one says TODO, which validate --live refuses
+PLACE = {"array": ["TODO"], "object": {"TODO": "TODO"}}
 TODO = "TODO"
 # a tool with no annotation whose name starts with one of these is drafted a read (and said to be a guess)
 READ_WORDS = ("list", "get", "read", "search", "find", "filter", "describe", "show", "count", "view", "fetch",
@@ -84,7 +86,7 @@ def example(schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(props, dict):
         props = {}
     required = schema.get("required") or []
-    return {str(name): SAMPLE.get(str((props.get(name) or {}).get("type")), TODO)
+    return {str(name): PLACE.get(str((props.get(name) or {}).get("type")), TODO)
             for name in (required if isinstance(required, list) else [])}
 
 
