@@ -1,0 +1,36 @@
+"""A minimal MCP server over stdio, standard library only (it starts in milliseconds): `echo` (a read) and `append`
+(appends its text to notes.txt in its folder: a re-issue appends again), or the tool list given as JSON in
+ECHO_TOOLS (for tests of what a server may list). For tests of the world surfaces."""
+
+import json
+import os
+import sys
+
+TOOLS = json.loads(os.environ.get("ECHO_TOOLS") or "null") or [
+    {"name": "echo", "description": "Echo the text back.", "inputSchema": {"type": "object", "properties": {
+        "text": {"type": "string"}}}},
+    {"name": "append", "description": "Append the text to notes.txt.", "inputSchema": {"type": "object",
+     "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "echo", "version": "0.0.1"}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        text = str((msg["params"].get("arguments") or {}).get("text", ""))
+        if msg["params"].get("name") == "append":
+            with open("notes.txt", "a", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+            text = "appended"
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no method"}}),
+              flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)

@@ -1,0 +1,161 @@
+"""The built-in probes a new server's world needs no code for (issue 47): sqlite, jsonl, folder naming one file;
+each read as a person would, with known positives and negatives; a probe that would read outside the resource is
+refused; a failing probe names its field and shows its stderr, with credentials redacted; `{world}` names the
+world's own folder, where a probe script kept beside world.toml lies."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from aft_bench.common.errors import InputError
+from aft_bench.world import snapshot
+from aft_bench.world.external import Probe, load_external
+from aft_bench.world.resource import ResourceFailed, probe
+
+
+def _db(path: Path, *sql: str) -> None:
+    con = sqlite3.connect(path)
+    for s in sql:
+        con.execute(s)
+    con.commit()
+    con.close()
+
+
+def test_the_sqlite_probe_reads_every_table_and_tells_insert_update_delete_apart(tmp_path: Path) -> None:
+    spec = Probe(builtin="sqlite", path="app.db")
+    assert probe(spec, tmp_path, {}, "w") == {"records": {"sqlite_master": {}}}  # no database yet: empty
+    db = tmp_path / "app.db"
+    _db(db, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT, raw BLOB)",
+        "CREATE TABLE tags (name TEXT PRIMARY KEY, n INT) WITHOUT ROWID",
+        "INSERT INTO notes (body, raw) VALUES ('hello', x'00ff')", "INSERT INTO tags VALUES ('a', 1)")
+    s0 = probe(spec, tmp_path, {}, "w")
+    assert s0["records"]["notes"] == {"1": {"id": 1, "body": "hello", "raw": {"blob": "00ff"}}}
+    assert list(s0["records"]["tags"].values()) == [{"name": "a", "n": 1}]
+    assert set(s0["records"]["sqlite_master"]) >= {"notes", "tags"}
+    _db(db, "INSERT INTO notes (body) VALUES ('hello')")  # the same row again: a second record
+    s1 = probe(spec, tmp_path, {}, "w")
+    assert snapshot.diff(s0, s1) == {"notes": {"added": ["2"], "removed": [], "changed": []}}
+    _db(db, "UPDATE notes SET body = 'bye' WHERE id = 1")
+    s2 = probe(spec, tmp_path, {}, "w")
+    assert snapshot.diff(s1, s2) == {"notes": {"added": [], "removed": [], "changed": ["1"]}}
+    _db(db, "UPDATE notes SET body = 'bye' WHERE id = 1")  # known negative: an update that changes nothing
+    assert snapshot.diff(s2, probe(spec, tmp_path, {}, "w")) == {}
+    _db(db, "DELETE FROM notes WHERE id = 2", "CREATE INDEX ix ON notes (body)")
+    d = snapshot.diff(s2, probe(spec, tmp_path, {}, "w"))
+    assert d["notes"]["removed"] == ["2"] and d["sqlite_master"]["added"] == ["ix"]
+
+
+def test_the_sqlite_probe_never_writes_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "app.db"
+    _db(db, "CREATE TABLE t (x)")
+    before = db.read_bytes()
+    probe(Probe(builtin="sqlite", path="app.db"), tmp_path, {}, "w")
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_the_jsonl_probe_keys_lines_and_keeps_a_repeated_one(tmp_path: Path) -> None:
+    f = tmp_path / "log.jsonl"
+    f.write_text('{"id": 7, "text": "a"}\n{"id": 7, "text": "a"}\n{"text": "no id"}\n42\n\n')
+    recs = probe(Probe(builtin="jsonl", path="log.jsonl"), tmp_path, {}, "w")["records"]["lines"]
+    assert recs["7"] == recs["7#2"] == {"id": 7, "text": "a"}
+    assert {"text": "no id"} in recs.values() and {"value": 42} in recs.values() and len(recs) == 4
+    by_text = probe(Probe(builtin="jsonl", path="log.jsonl", key="text"), tmp_path, {}, "w")["records"]["lines"]
+    assert set(by_text) >= {"a", "a#2", "no id"}
+    f.write_text('{"id": 7\n')
+    with pytest.raises(ResourceFailed, match="log.jsonl line 1 is not JSON"):
+        probe(Probe(builtin="jsonl", path="log.jsonl"), tmp_path, {}, "w")
+
+
+def test_the_folder_probe_can_name_one_file(tmp_path: Path) -> None:
+    spec = Probe(builtin="folder", path="todo.txt")
+    assert probe(spec, tmp_path, {}, "w") == {"records": {"files": {}}}
+    (tmp_path / "todo.txt").write_text("call the bank\n")
+    (tmp_path / "other.txt").write_text("not read\n")
+    files = probe(spec, tmp_path, {}, "w")["records"]["files"]
+    assert list(files) == ["todo.txt"] and files["todo.txt"]["text"] == "call the bank\n"
+
+
+def test_a_probe_never_reads_outside_the_resource(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("API_KEY=sk-live-0123456789abcdef\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "notes.db").symlink_to(secret)  # a server planted a symlink to a file of the user's
+    (root / "todo.txt").symlink_to(secret)
+    for spec in (Probe(builtin="sqlite", path="notes.db"), Probe(builtin="folder", path="todo.txt"),
+                 Probe(builtin="jsonl", path="todo.txt")):
+        with pytest.raises(ResourceFailed, match="leads outside the resource"):
+            probe(spec, root, {}, "w")
+    files = probe(Probe(builtin="folder"), root, {}, "w")["records"]["files"]  # walked: the link, not its file
+    assert files["todo.txt"] == {"symlink": str(secret)} and "sk-live" not in str(files)
+    for bad in ("../secret.txt", "/etc/passwd", "{root}/x"):
+        with pytest.raises(Exception, match="a relative path without '..'"):
+            Probe(builtin="folder", path=bad)
+
+
+def test_the_git_probe_records_a_symlinks_target_never_its_contents(tmp_path: Path) -> None:
+    import subprocess
+
+    from aft_bench.world.resource import probe_git
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("API_KEY=sk-live-0123456789abcdef\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "link").symlink_to(secret)
+    files = probe_git(repo, {}, 10)["records"]["files"]
+    assert files["link"] == {"symlink": str(secret)}
+
+
+def _world(tmp_path: Path, probe_toml: str) -> Path:
+    folder = tmp_path / "w"
+    folder.mkdir(exist_ok=True)
+    server = Path(__file__).parent / "data" / "echo_mcp.py"
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "w"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{server}"]\n[probe]\n{probe_toml}\n[tools.echo]\neffect = "read"\n')
+    return folder
+
+
+def test_a_probe_script_beside_world_toml_is_named_by_world(tmp_path: Path) -> None:
+    from aft_bench.world.resource import Resource
+
+    folder = _world(tmp_path, 'command = ["{world}/dump.sh"]')
+    script = folder / "dump.sh"
+    script.write_text('#!/bin/sh\necho \'{"records": {"here": {"it": {"cwd": "\'"$(pwd)"\'"}}}}\'\n')
+    script.chmod(0o755)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    cwd = os.getcwd()
+    os.chdir(other)  # whatever the current folder
+    try:
+        res = Resource(load_external(Path(os.path.relpath(folder, other)))).make()
+        try:
+            snap = res.probe()
+        finally:
+            res.remove()
+    finally:
+        os.chdir(cwd)
+    assert snap["records"]["here"]["it"]["cwd"] == str(res.root)
+
+
+def test_a_failing_probe_names_its_field_and_shows_its_stderr_redacted(tmp_path: Path, monkeypatch) -> None:
+    from aft_bench.cli.main import main
+
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "sk-live-0123456789abcdef")
+    folder = _world(tmp_path, 'command = ["sh", "-c", "echo \\"cannot open db: key sk-live-0123456789abcdef\\" >&2; '
+                              'exit 3"]')
+    with pytest.raises(InputError) as err:
+        from aft_bench.cli.scorecard import live_check
+
+        live_check(load_external(folder), folder / "world.toml")
+    said = str(err.value)
+    assert "field 'probe.command'" in said and "exited 3: cannot open db" in said
+    assert "sk-live-0123456789abcdef" not in said
+    assert main(["validate", "--live", str(folder)]) == 2
