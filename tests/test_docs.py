@@ -180,6 +180,7 @@ def test_the_readme_links_each_newcomer_job_in_one_click() -> None:
     assert len(text.splitlines()) <= 150
     links = set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text))
     for target in ("docs/tutorials/first-llm-matrix.md", "docs/tutorials/your-mcp-agent.md",
+                   "docs/tutorials/your-mcp-server.md",
                    "docs/howto/freeze-and-audit.md", "docs/howto/add-a-workload.md", "docs/howto/ci-gate.md",
                    "docs/index.md"):
         assert target in links, target

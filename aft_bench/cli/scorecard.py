@@ -331,10 +331,12 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     writes = world.writes()
     pkg = f"{installed[0]} {installed[1]} (read from the install)" if installed else \
         "package and version unknown (the install could not be read: fill them in)"
-    print(f"drafted {target / WORLD_FILE}: {len(listed)} tools, {len(writes)} may write ({len(measured)} measured "
-          f"with no arguments); {pkg}; probe {probe.builtin}" + (f" {probe.path}" if probe.path != "." else "") +
-          f" ({probe.why}). Next: give each example real arguments (or delete it), then `aft-bench validate --live "
-          f"{target}` and `aft-bench scorecard {target}`")
+    shown = os.path.relpath(target) if target.is_relative_to(Path.cwd()) else str(target)
+    print(f"drafted {shown}/{WORLD_FILE}: {len(listed)} tools, {len(writes)} may write ({len(measured)} measured "
+          f"with no arguments)\n  server: {pkg}\n  probe: {probe.builtin}"
+          + (f" {probe.path}" if probe.path != "." else "") + f" ({probe.why})\n"
+          f"next: give each example real arguments (or delete it), then\n  aft-bench validate --live {shown}\n"
+          f"  aft-bench scorecard {shown}")
     return 0
 
 

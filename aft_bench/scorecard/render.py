@@ -84,7 +84,7 @@ def markdown(card: dict[str, Any]) -> str:
     out = [f"# Scorecard: {card['package']} {card['version']}", "",
            f"World `{card['world']}`; {installed(card) or 'the install was not read'}; the server says it is "
            f"{card['server'].get('name')} {card['server'].get('version')} (protocol {card['protocol']}). Each "
-           "writing tool's example call had its answer lost at the gateway after the server answered, then was "
+           "tool's example call had its answer lost at the gateway after the server answered, then was "
            "re-issued with byte-identical arguments (bare), with the gateway's idempotency key (key), or after a "
            f"check of the real state (verify). {HOW}" + (f" Failure phrases: {phrases}." if phrases else ""), "",
            "| tool | bare re-issue | with key | verify | signal | re-issue answered | annotations | disagrees | "
