@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
+from aft_bench.common.lifetime import contained
 from aft_bench.world.mcp_stdio import (CLIENT_INFO, PROTOCOL_VERSION, Connection, ServerFailed, ToolAnswer,
                                        _RpcError, _start_in_own_group)
 
@@ -50,7 +51,9 @@ class HttpServer(Connection):
     def start(self) -> HttpServer:
         err = open(self.stderr_path, "ab") if self.stderr_path is not None else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen(self.command, cwd=self.cwd, env={**os.environ, **self.env},
+            env = {**os.environ, **self.env}
+            argv, fds = contained(self.command, env, str(self.cwd))
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, env=env, pass_fds=fds,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          preexec_fn=_start_in_own_group)
         except OSError as exc:

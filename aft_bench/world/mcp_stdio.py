@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from aft_bench.common.lifetime import die_with_parent
+from aft_bench.common.lifetime import contained, die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.world.launcher import ForkedProcess, LaunchFailed, launcher
 
@@ -122,8 +122,10 @@ class StdioServer(Connection):
             return self._begin()
         err = open(self.stderr_path, "ab") if self.stderr_path is not None else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, preexec_fn=_start_in_own_group)
+            argv, fds = contained(self.command, env, str(self.cwd))
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, pass_fds=fds,
+                                         preexec_fn=_start_in_own_group)
         except OSError as exc:
             raise ServerFailed(f"cannot start {self.command[0]!r}: {exc.strerror or exc}") from None
         finally:

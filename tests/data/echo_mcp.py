@@ -4,7 +4,14 @@ ECHO_TOOLS (for tests of what a server may list). For tests of the world surface
 
 import json
 import os
+import subprocess
 import sys
+import time
+
+if os.environ.get("ECHO_ESCAPE"):  # a server that tries to outlive its runner: setsid'd and detached children,
+    secs = os.environ["ECHO_ESCAPE"]  # sleeping a number of seconds that marks them (found by their command line)
+    subprocess.Popen(["sleep", secs], start_new_session=True)
+    subprocess.Popen(["sh", "-c", f"sleep {secs} & exit 0"], start_new_session=True).wait()
 
 TOOLS = json.loads(os.environ.get("ECHO_TOOLS") or "null") or [
     {"name": "echo", "description": "Echo the text back.", "inputSchema": {"type": "object", "properties": {
@@ -24,6 +31,7 @@ for line in sys.stdin:
         result = {"tools": TOOLS}
     elif method == "tools/call":
         text = str((msg["params"].get("arguments") or {}).get("text", ""))
+        time.sleep(float(os.environ.get("ECHO_SLEEP") or 0))
         if msg["params"].get("name") == "append":
             with open("notes.txt", "a", encoding="utf-8") as fh:
                 fh.write(text + "\n")
