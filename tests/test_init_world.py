@@ -38,21 +38,35 @@ def test_without_into_the_draft_goes_under_the_current_folder(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("tools", [
-    [{"name": "dup", "inputSchema": {}}, {"name": "dup", "inputSchema": {}}],  # one name twice
     [{"name": "smile 😀", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}},
                                          "required": ["q"]}}],
-    [{"name": 'a"b.c\\d', "inputSchema": {"required": "x"}}, {"name": 7}, "a string", {"name": ""}],
+    [{"name": 'a"b.c\\d', "inputSchema": {}}, {"name": "x\u007fy\ttab", "inputSchema": {}}],
     [{"name": "arr", "inputSchema": {"type": "object", "properties": {"xs": {"type": "array"}, "o": {
-        "type": "object"}, "n": {"type": "integer"}}, "required": ["xs", "o", "n"]}, "annotations": "bad"}],
+        "type": "object"}, "n": {"type": "integer"}}, "required": ["xs", "o", "n"]}}],
 ])
 def test_any_tool_list_drafts_valid_toml(tools: list, tmp_path: Path) -> None:
     done = _cli("init-world", "odd", "--", sys.executable, str(ECHO), cwd=tmp_path, ECHO_TOOLS=json.dumps(tools))
     assert done.returncode == 0, done.stderr
     data = tomllib.loads((tmp_path / "worlds" / "odd" / "world.toml").read_text())
-    names = {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]}
-    assert set(data["tools"]) == names
+    assert set(data["tools"]) == {t["name"] for t in tools}
     check = _cli("validate", str(tmp_path / "worlds" / "odd"), cwd=tmp_path)
     assert check.returncode == 0, check.stderr  # the draft loads as a world
+
+
+@pytest.mark.parametrize(("tools", "said"), [
+    ([{"name": "dup", "inputSchema": {}}, {"name": "dup", "inputSchema": {}}], "lists 'dup' twice"),
+    (["a string"], "tool 0 is a str, not an object"),
+    ([{"name": 7}], "tool 0 has no name"),
+    ([{"name": "x", "inputSchema": {"required": "x"}}], "its inputSchema is not a JSON Schema"),
+    ([{"name": "x", "annotations": "bad"}], "its annotations are a str"),
+    ([{"name": "x", "annotations": {"idempotentHint": "yes"}}], "its idempotentHint is 'yes', not true or false"),
+    (5, "tools are a int, not a list"),
+])
+def test_a_malformed_tool_list_is_one_line_and_leaves_nothing(tools: object, said: str, tmp_path: Path) -> None:
+    done = _cli("init-world", "odd", "--", sys.executable, str(ECHO), cwd=tmp_path, ECHO_TOOLS=json.dumps(tools))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "the server sent a malformed answer" in done.stderr and said in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("args", "said"), [

@@ -15,8 +15,9 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from aft_bench.common.lifetime import contained
+from aft_bench.common.secrets import redact
 from aft_bench.world.mcp_stdio import (CLIENT_INFO, PROTOCOL_VERSION, Connection, ServerFailed, ToolAnswer,
-                                       _RpcError, _start_in_own_group)
+                                       _start_in_own_group, loads, rpc_error)
 
 
 def free_port() -> int:
@@ -83,15 +84,14 @@ class HttpServer(Connection):
                 if time.monotonic() > deadline:
                     raise ServerFailed(f"no answer to initialize within {self.timeout_s:g} s at {self.url}") from None
                 time.sleep(0.1)
-        self.server_info = dict(result.get("serverInfo") or {})
-        self.protocol = result.get("protocolVersion")
+        self._initialized(result)
         self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def _last_words(self) -> str:
         if self.stderr_path is None or not self.stderr_path.exists():
             return ""
         lines = self.stderr_path.read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
-        return f"; its last words: {lines[-1][:300]}" if lines else ""
+        return f"; its last words: {redact(lines[-1][:300])}" if lines else ""  # a server's stderr may hold a key
 
     def stop(self) -> None:
         if self._client is not None:
@@ -150,8 +150,7 @@ class HttpServer(Connection):
             if msg.get("id") != rid:
                 continue
             if "error" in msg:
-                err = msg["error"] if isinstance(msg["error"], dict) else {}
-                raise _RpcError(int(err.get("code", 0)), str(err.get("message", "")))
+                raise rpc_error(msg["error"])
             result = msg.get("result")
             if not isinstance(result, dict):
                 raise ServerFailed(f"answered {method} with a result that is not an object")
@@ -169,7 +168,7 @@ def _messages(r: httpx.Response) -> list[dict[str, Any]]:
                 data.append(line[5:].lstrip())
             elif not line and data:
                 try:
-                    msg = json.loads("\n".join(data))
+                    msg = loads("\n".join(data))
                 except ValueError:
                     msg = None
                 if isinstance(msg, dict):
@@ -177,7 +176,7 @@ def _messages(r: httpx.Response) -> list[dict[str, Any]]:
                 data = []
         return out
     try:
-        body = r.json()
+        body = loads(r.content)
     except ValueError:
         return []
     return [m for m in (body if isinstance(body, list) else [body]) if isinstance(m, dict)]

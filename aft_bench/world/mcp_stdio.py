@@ -58,11 +58,84 @@ def _start_in_own_group() -> None:
     die_with_parent(signal.SIGKILL)
 
 
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def malformed(what: str) -> ServerFailed:
+    """A server's answer in a shape MCP does not allow: an error naming what was wrong, never a crash."""
+    return ServerFailed(f"the server sent a malformed answer: {what}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_tool(i: int, tool: Any) -> dict[str, Any]:
+    """One entry of tools/list: an object with a name, an input schema that is a JSON Schema, annotations that are
+    an object of booleans (where given)."""
+    if not isinstance(tool, dict):
+        raise malformed(f"tools/list's tool {i} is a {_kind(tool)}, not an object")
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise malformed(f"tools/list's tool {i} has no name (its name is {name!r})")
+    schema = tool.get("inputSchema", {})
+    if not isinstance(schema, dict):
+        raise malformed(f"tool {name!r}: its inputSchema is a {_kind(schema)}, not an object")
+    try:
+        import jsonschema
+
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise malformed(f"tool {name!r}: its inputSchema is not a JSON Schema: {exc.message[:120]}") from None
+    except RecursionError:
+        raise malformed(f"tool {name!r}: its inputSchema is nested too deep") from None
+    notes = tool.get("annotations")
+    if notes is not None:
+        if not isinstance(notes, dict):
+            raise malformed(f"tool {name!r}: its annotations are a {_kind(notes)}, not an object")
+        for hint in HINTS:
+            if hint in notes and not isinstance(notes[hint], bool):
+                raise malformed(f"tool {name!r}: its {hint} is {notes[hint]!r}, not true or false")
+    return tool
+
+
+def rpc_error(err: Any) -> _RpcError:
+    """A JSON-RPC error object: an integer code and a text message, or a malformed answer."""
+    if not isinstance(err, dict) or not isinstance(err.get("code"), int) or isinstance(err.get("code"), bool):
+        code = err.get("code") if isinstance(err, dict) else err
+        raise malformed(f"an error whose code is {code!r}, not an integer")
+    message = err.get("message", "")
+    if not isinstance(message, str):
+        raise malformed(f"an error whose message is a {_kind(message)}, not text")
+    return _RpcError(err["code"], message)
+
+
+def loads(data: str | bytes) -> Any:
+    """JSON from a server: nesting too deep to read is a malformed answer, not a crash."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise malformed(f"JSON nested too deep to read ({len(data)} bytes)") from None
+
+
 class Connection:
-    """What every transport shares: tools/list (following pagination) and tools/call over its `_request`."""
+    """What every transport shares: initialize's, tools/list's and tools/call's answers checked for the shapes
+    the client relies on (a malformed one is a ServerFailed naming what), over its `_request`."""
+
+    server_info: dict[str, Any]
+    protocol: str | None
 
     def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _initialized(self, result: dict[str, Any]) -> None:
+        info = result.get("serverInfo", {})
+        if not isinstance(info, dict):
+            raise malformed(f"initialize's serverInfo is a {_kind(info)}, not an object")
+        protocol = result.get("protocolVersion")
+        if protocol is not None and not isinstance(protocol, str):
+            raise malformed(f"initialize's protocolVersion is {protocol!r}, not text")
+        self.server_info, self.protocol = dict(info), protocol
 
     def tools(self) -> list[dict[str, Any]]:
         """Every tool the server lists (following pagination), as the server describes them."""
@@ -70,8 +143,17 @@ class Connection:
         cursor: str | None = None
         for _ in range(100):
             result = self._request("tools/list", {"cursor": cursor} if cursor else {})
-            out += list(result.get("tools") or [])
+            listed = result.get("tools", [])
+            if not isinstance(listed, list):
+                raise malformed(f"tools/list's tools are a {_kind(listed)}, not a list")
+            out += [check_tool(len(out) + i, t) for i, t in enumerate(listed)]
+            names = [t["name"] for t in out]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise malformed(f"tools/list lists {twice[0]!r} twice (a client could call only one of them)")
             cursor = result.get("nextCursor")
+            if cursor is not None and not isinstance(cursor, str):
+                raise malformed(f"tools/list's nextCursor is {cursor!r}, not text")
             if not cursor:
                 return out
         raise ServerFailed("tools/list never stopped paginating (100 pages)")
@@ -82,8 +164,13 @@ class Connection:
             result = self._request("tools/call", {"name": name, "arguments": dict(arguments)})
         except _RpcError as exc:
             return ToolAnswer(({"type": "text", "text": str(exc)},), True)
-        content = tuple(b for b in (result.get("content") or []) if isinstance(b, dict))
-        return ToolAnswer(content, bool(result.get("isError", False)), result.get("structuredContent"))
+        content = result.get("content", [])
+        if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+            raise malformed(f"{name}'s answer content is not a list of objects")
+        failed = result.get("isError", False)
+        if not isinstance(failed, bool):
+            raise malformed(f"{name}'s answer isError is {failed!r}, not true or false")
+        return ToolAnswer(tuple(content), failed, result.get("structuredContent"))
 
 
 class StdioServer(Connection):
@@ -140,8 +227,7 @@ class StdioServer(Connection):
         try:
             result = self._request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
                                                   "clientInfo": CLIENT_INFO})
-            self.server_info = dict(result.get("serverInfo") or {})
-            self.protocol = result.get("protocolVersion")
+            self._initialized(result)
             self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         except BaseException:
             self.stop()
@@ -222,8 +308,7 @@ class StdioServer(Connection):
             if msg.get("id") != rid:
                 continue  # a notification, or an answer to something we gave up on
             if "error" in msg:
-                err = msg["error"] if isinstance(msg["error"], dict) else {}
-                raise _RpcError(int(err.get("code", 0)), str(err.get("message", "")))
+                raise rpc_error(msg["error"])
             result = msg.get("result")
             if not isinstance(result, dict):
                 raise ServerFailed(f"answered {method} with a result that is not an object")
@@ -261,7 +346,7 @@ class _RpcError(ServerFailed):
 
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
-        msg = json.loads(line)
+        msg = loads(line)
     except ValueError:
         return None
     return msg if isinstance(msg, dict) else None

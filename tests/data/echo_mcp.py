@@ -19,6 +19,30 @@ TOOLS = json.loads(os.environ.get("ECHO_TOOLS") or "null") or [
     {"name": "append", "description": "Append the text to notes.txt.", "inputSchema": {"type": "object",
      "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
 
+BAD = os.environ.get("ECHO_BAD", "")  # a malformed answer, for the hostile-answer tests
+
+
+def bad(method, result):
+    """The answer as the hostile server gives it (None: send the normal one)."""
+    if BAD == "info-string" and method == "initialize":
+        return dict(result, serverInfo="echo 1.0")
+    if BAD == "tools-strings" and method == "tools/list":
+        return {"tools": ["echo", "append"]}
+    if BAD == "tools-number" and method == "tools/list":
+        return {"tools": 5}
+    if BAD == "annotations" and method == "tools/list":
+        return {"tools": [dict(t, annotations="yes") for t in result["tools"]]}
+    if BAD == "annotation-values" and method == "tools/list":
+        return {"tools": [dict(t, annotations={"readOnlyHint": "no", "idempotentHint": [1]}) for t in result["tools"]]}
+    if BAD == "schema" and method == "tools/list":
+        return {"tools": [dict(t, inputSchema={"type": 5, "required": "text"}) for t in result["tools"]]}
+    if BAD == "content" and method == "tools/call":
+        return {"content": "appended", "isError": "no"}
+    if BAD == "result-list" and method == "tools/call":
+        return [1, 2]
+    return result
+
+
 for line in sys.stdin:
     msg = json.loads(line)
     if "id" not in msg:
@@ -41,4 +65,13 @@ for line in sys.stdin:
         print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no method"}}),
               flush=True)
         continue
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+    if BAD.startswith("error-code-") and method == "tools/call":
+        code = {"error-code-string": "oops", "error-code-null": None}[BAD]
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": code, "message": 7}}), flush=True)
+        continue
+    if BAD == "deep" and method in ("tools/list", "tools/call"):
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": %s%s}}\n'
+                         % (msg["id"], "[" * 200000, "]" * 200000))
+        sys.stdout.flush()
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": bad(method, result)}), flush=True)

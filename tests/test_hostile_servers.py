@@ -1,0 +1,69 @@
+"""A server that answers in shapes MCP does not allow (issue 48), a real process each (tests/data/echo_mcp.py with
+ECHO_BAD): at `scorecard` and `validate --live`, one line naming the world and what was malformed, exit 2 when the
+server breaks before any example ran (bad input) or 1 when it breaks while measuring, no internal error, no
+traceback, nothing written, no server left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ECHO = Path(__file__).parent / "data" / "echo_mcp.py"
+
+CASES = {  # ECHO_BAD -> what the line names
+    "info-string": "initialize's serverInfo is a str, not an object",
+    "tools-strings": "tools/list's tool 0 is a str, not an object",
+    "tools-number": "tools/list's tools are a int, not a list",
+    "annotations": "tool 'echo': its annotations are a str, not an object",
+    "annotation-values": "tool 'echo': its readOnlyHint is 'no', not true or false",
+    "schema": "tool 'echo': its inputSchema is not a JSON Schema",
+    "deep": "JSON nested too deep to read",
+    "content": "append's answer content is not a list of objects",
+    "error-code-string": "an error whose code is 'oops', not an integer",
+    "error-code-null": "an error whose code is None, not an integer",
+    "result-list": "answered tools/call with a result that is not an object",
+}
+DURING = {"content", "error-code-string", "error-code-null", "result-list"}  # broken only when a tool is called
+
+
+def _world(tmp_path: Path, bad: str) -> Path:
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "hostile"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_BAD = "{bad}" }}\n'
+        '[probe]\nbuiltin = "folder"\n[tools.append]\neffect = "write"\nexamples = [{ args = { text = "hi" } }]\n')
+    return folder
+
+
+def _left(mark: Path) -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(ECHO) in cmd and str(mark) in cmd:
+                out.append(d.name)
+    return out
+
+
+@pytest.mark.parametrize("bad", sorted(CASES))
+@pytest.mark.parametrize("command", ["scorecard", "validate"])
+def test_a_malformed_answer_is_one_line_naming_the_world_and_what(bad: str, command: str, tmp_path: Path) -> None:
+    folder = _world(tmp_path, bad)
+    out = tmp_path / "out"
+    args = ["scorecard", str(folder), "--quiet", "--out", str(out)] if command == "scorecard" else \
+        ["validate", "--live", str(folder)]
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=dict(os.environ), timeout=120)
+    expected = 1 if command == "scorecard" and bad in DURING else 2
+    assert done.returncode == expected, done.stderr
+    assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr
+    assert "world 'hostile'" in done.stderr and CASES[bad] in done.stderr, done.stderr
+    assert not out.exists() and _left(tmp_path) == []
