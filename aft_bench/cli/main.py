@@ -532,6 +532,24 @@ def _say_memory_short(exc: BaseException) -> None:
     print(f"aft-bench: error: {said}", file=sys.stderr)
 
 
+# the commands that start real servers outside a run directory: SIGTERM must let them stop those and remove
+# their folders (run, serve and view have their own handling)
+TERM_AS_INTERRUPT = {"cmd_scorecard", "cmd_init_world", "cmd_validate"}
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (`timeout`, a CI runner, `kill`) ends a command as Ctrl-C does: its finally blocks stop its servers
+    and remove its folders, and it says it was interrupted. A command with a handler of its own (serve, view) sets
+    it later, over this one."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def _absolute_env() -> None:
     """Paths from the environment resolved once, against the folder the command started in, so that every worker
     and server process this command starts reads the same folder (a relative AFT_BENCH_SERVERS broke them)."""
@@ -554,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FlagError as exc:
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
+    if getattr(getattr(args, "func", None), "__name__", "") in TERM_AS_INTERRUPT:
+        _terminate_as_interrupt()
     try:
         return _call(args)
     except InputError as exc:

@@ -284,6 +284,7 @@ def cmd_init_world(args: argparse.Namespace) -> int:
 
     from aft_bench.common.errors import InputError
     from aft_bench.common.files import write_atomic
+    from aft_bench.common.scratch import scratch_dir
     from aft_bench.world import install
     from aft_bench.world.draft import draft, pick_probe
     from aft_bench.world.external import expand, load_external
@@ -301,7 +302,7 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     target = Path(os.path.abspath(args.into if args.into is not None else base / args.name))
     if (target / WORLD_FILE).exists():
         raise InputError(target / WORLD_FILE, "init-world", str(target), "already exists; give a new name")
-    with tempfile.TemporaryDirectory(prefix="aft-init-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="aft-init-", dir=scratch_dir()) as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
         try:  # what the server says on stderr is shown when it fails (credentials redacted)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from aft_bench.common.canonical import canonical_json
+from aft_bench.common.scratch import scratch_dir
 from aft_bench.world.external import ExternalWorld, Probe, expand
 
 TEXT_MAX = 4096  # a file's text is part of the snapshot up to this size (its hash always is)
@@ -48,7 +49,8 @@ class Resource:
         self.world = world
         # absolute and with no symlink in it, whatever `parent` was given as: the server, the probe and the
         # gateway's path mapping all see the one same path (a relative one broke every real-server run)
-        self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"aft-{world.id}-", dir=parent)))
+        self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"aft-{world.id}-",
+                                                           dir=parent if parent is not None else scratch_dir())))
 
     def env(self) -> dict[str, str]:
         """The fixture's environment, expanded, over ours (for the fixture's commands and the server)."""

@@ -1,0 +1,51 @@
+"""A command's own scratch folder in the system's temp folder, for what it makes outside any run directory (a
+scorecard's or `validate --live`'s episode folders, init-world's trial folder): `aft-bench-scratch/PID-START`,
+removed at exit, and, where a SIGKILL left it, by the next command that makes one (its process is gone)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+BASE = "aft-bench-scratch"
+_MINE: list[Path] = []
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), which tells a reused pid from the one that made a folder."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _sweep(base: Path) -> None:
+    """Remove the folders of processes that are gone (killed before their exit handlers ran)."""
+    for d in base.iterdir() if base.is_dir() else []:
+        pid, _, start = d.name.partition("-")
+        if pid.isdigit() and start and _started(int(pid)) != start and int(pid) != os.getpid():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def scratch_dir() -> Path:
+    """This process's scratch folder, made (and the dead's swept) at first use, removed at exit."""
+    if _MINE and _MINE[0].name.startswith(f"{os.getpid()}-") and _MINE[0].is_dir():
+        return _MINE[0]
+    base = Path(tempfile.gettempdir()) / BASE
+    base.mkdir(exist_ok=True)
+    _sweep(base)
+    mine = base / f"{os.getpid()}-{_started(os.getpid()) or 'x'}"
+    mine.mkdir(exist_ok=True)
+    if not _MINE:
+        atexit.register(_remove)
+    _MINE[:] = [mine]
+    return mine
+
+
+def _remove() -> None:
+    for d in _MINE:
+        if d.name.startswith(f"{os.getpid()}-"):  # never a folder a forked child inherited the name of
+            shutil.rmtree(d, ignore_errors=True)

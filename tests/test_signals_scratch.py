@@ -1,0 +1,95 @@
+"""What a killed command leaves (issue 48): SIGTERM of `scorecard`, `validate --live` or `init-world` while a real
+server is running stops it and removes its folders at once; after a SIGKILL, the next such command removes what the
+dead one left in the temp folder's aft-bench-scratch (its process is gone). Real server processes throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ECHO = Path(__file__).parent / "data" / "echo_mcp.py"
+
+
+def _world(tmp_path: Path) -> Path:
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "slow"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_SLEEP = "60" }}\n'
+        '[probe]\nbuiltin = "folder"\n[tools.append]\neffect = "write"\nexamples = [{ args = { text = "hi" } }]\n')
+    return folder
+
+
+def _servers(tmp_path: Path) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if str(ECHO) in cmd and str(tmp_path) in cmd and state != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def _start(args: list[str], tmp_path: Path, scratch: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    return subprocess.Popen([sys.executable, "-m", "aft_bench.cli", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait(pred, seconds: float = 60) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _folders(scratch: Path) -> list[Path]:
+    return sorted(p for p in (scratch / "aft-bench-scratch").rglob("*") if p.is_dir())
+
+
+@pytest.mark.parametrize("command", ["scorecard", "validate"])
+def test_sigterm_stops_the_server_and_removes_the_folders(command: str, tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    folder = _world(tmp_path)
+    args = ["scorecard", str(folder), "--quiet"] if command == "scorecard" else ["validate", "--live", str(folder)]
+    proc = _start(args, tmp_path, scratch)
+    # an example's call is under way (the server sleeps in it): a server is up and its folder made
+    assert _wait(lambda: any(p.name.startswith("aft-slow-") for p in _folders(scratch)) and _servers(tmp_path))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err and err.count(b"\n") == 1, err
+    assert _wait(lambda: not _servers(tmp_path), 20)
+    assert not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == []
+
+
+def test_after_a_sigkill_the_next_command_removes_what_the_dead_one_left(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    folder = _world(tmp_path)
+    proc = _start(["scorecard", str(folder), "--quiet"], tmp_path, scratch)
+    assert _wait(lambda: any(p.name.startswith("aft-slow-") for p in _folders(scratch)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = [p for p in _folders(scratch) if p.name.startswith("aft-slow-")]
+    assert left  # SIGKILL gives no chance to clean up
+    again = _start(["init-world", "echoes", "--", sys.executable, str(ECHO)], tmp_path, scratch)
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert not any(p.exists() for p in left)
+    assert not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == []
+    assert tempfile.gettempdir() != str(scratch)  # the test's own temp folder untouched
