@@ -67,3 +67,28 @@ def test_a_malformed_answer_is_one_line_naming_the_world_and_what(bad: str, comm
     assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr
     assert "world 'hostile'" in done.stderr and CASES[bad] in done.stderr, done.stderr
     assert not out.exists() and _left(tmp_path) == []
+
+
+HTTP = Path(__file__).parent / "data" / "hostile_http.py"
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("endless", "no complete answer within 3 s (the server kept sending)"),
+    ("huge", "the server sent a malformed answer: an answer longer than 16 MB"),
+])
+def test_an_http_server_that_never_stops_or_sends_too_much_is_one_line(mode: str, said: str,
+                                                                        tmp_path: Path) -> None:
+    import time
+
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_http"\nid = "hostile"\n[server]\npackage = "hostile"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{HTTP}", "{{port}}", "{mode}"]\nurl = "http://127.0.0.1:{{port}}/mcp"\n'
+        'call_timeout_s = 3\n[probe]\nbuiltin = "folder"\n[tools.append]\neffect = "write"\n')
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", "--live", str(folder)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "world 'hostile'" in done.stderr and said in done.stderr, done.stderr
+    assert time.monotonic() - t0 < 60

@@ -159,3 +159,26 @@ def test_a_failing_probe_names_its_field_and_shows_its_stderr_redacted(tmp_path:
     assert "field 'probe.command'" in said and "exited 3: cannot open db" in said
     assert "sk-live-0123456789abcdef" not in said
     assert main(["validate", "--live", str(folder)]) == 2
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (b'{"type": "entity", "name": "A"}\n[1, 2]\n', "memory.jsonl line 2 is not an object"),
+    (b'{"type": "entity", "name": "A"\n', "memory.jsonl line 1 is not JSON"),
+    (b"[" * 100000 + b"]" * 100000 + b"\n", "memory.jsonl line 1 is not JSON"),
+])
+def test_a_damaged_jsonl_resource_is_an_error_naming_the_file_and_line(text: bytes, said: str,
+                                                                       tmp_path: Path) -> None:
+    (tmp_path / "memory.jsonl").write_bytes(text)
+    for builtin in ("jsonl_graph", "jsonl") if "object" not in said else ("jsonl_graph",):  # jsonl keeps [1, 2]
+        with pytest.raises(ResourceFailed) as err:
+            probe(Probe(builtin=builtin, path="memory.jsonl"), tmp_path, {}, "memory")
+        assert str(err.value).startswith("world 'memory': probe failed: memory.jsonl line")
+        assert str(tmp_path) not in str(err.value)
+        if builtin == "jsonl_graph":
+            assert said in str(err.value)
+
+
+def test_odd_but_readable_jsonl_lines_are_read_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "memory.jsonl").write_bytes(b'{"type": "entity", "name": "A\xff", "observations": 3}\n')
+    ents = probe(Probe(builtin="jsonl_graph", path="memory.jsonl"), tmp_path, {}, "w")["records"]["entities"]
+    assert ents == {"A\ufffd": {"name": "A\ufffd", "entityType": None, "observations": 3}}

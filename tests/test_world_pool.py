@@ -185,3 +185,26 @@ def test_nothing_is_prepared_ahead_in_the_system_s_temp_folder() -> None:
         assert not got.ahead
         got.discard()
     assert p._made == {}
+
+
+def test_a_world_prepared_ahead_whose_server_has_exited_is_discarded_and_made_again(tmp_path: Path) -> None:
+    """A server may exit while its prepared world waits (crashed, idled out): never handed to an episode."""
+    import signal
+
+    p = Pool()
+    parent = tmp_path / "scratch"
+    parent.mkdir()
+    for _ in range(2):
+        p.take(MEMORY, parent).discard()
+    (fut,) = list(p._made)
+    ahead = fut.result()
+    os.killpg(ahead.server.pid, signal.SIGKILL)  # the prepared server dies before anyone takes it
+    assert _until(lambda: ahead.server.proc.poll() is not None)
+    got = p.take(MEMORY, parent)
+    try:
+        assert not got.ahead and got.server.pid != ahead.server.pid and got.server.proc.poll() is None
+        assert not ahead.resource.root.exists()  # the dead one's folder went with it
+        assert [t["name"] for t in got.server.tools()] == [t["name"] for t in got.listed]  # it answers
+    finally:
+        got.discard()
+        p.drain()

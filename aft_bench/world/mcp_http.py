@@ -16,8 +16,8 @@ import httpx
 
 from aft_bench.common.lifetime import contained
 from aft_bench.common.secrets import redact
-from aft_bench.world.mcp_stdio import (CLIENT_INFO, PROTOCOL_VERSION, Connection, ServerFailed, ToolAnswer,
-                                       _start_in_own_group, loads, rpc_error)
+from aft_bench.world.mcp_stdio import (CLIENT_INFO, MAX_LINE, PROTOCOL_VERSION, Connection, ServerFailed,
+                                       ToolAnswer, _start_in_own_group, loads, malformed, rpc_error)
 
 
 def free_port() -> int:
@@ -131,11 +131,31 @@ class HttpServer(Connection):
         return h
 
     def _post(self, message: dict[str, Any]) -> httpx.Response:
+        """POST one message and read its answer whole, within the call's time and MAX_LINE bytes: a body that
+        never ends or that would not fit is the server failing, not a hang or an exhausted memory. An event
+        stream is read until the response to this message has arrived."""
         assert self._client is not None
-        r = self._client.post(self.url, content=json.dumps(message), headers=self._headers(), timeout=self.timeout_s)
-        if r.headers.get("mcp-session-id"):
-            self._session = r.headers["mcp-session-id"]
-        return r
+        deadline = time.monotonic() + self.timeout_s
+        rid = message.get("id")
+        with self._client.stream("POST", self.url, content=json.dumps(message), headers=self._headers(),
+                                 timeout=self.timeout_s) as r:
+            if r.headers.get("mcp-session-id"):
+                self._session = r.headers["mcp-session-id"]
+            stream = r.headers.get("content-type", "").startswith("text/event-stream")
+            headers = {k: v for k, v in r.headers.items() if k.lower() not in ("content-encoding", "content-length")}
+            body = bytearray()
+            for chunk in r.iter_bytes():  # decoded: what the cap counts is what would be parsed
+                body += chunk
+                if len(body) > MAX_LINE:
+                    raise malformed(f"an answer longer than {MAX_LINE // 2 ** 20} MB")
+                tail = bytes(body[-(len(chunk) + 3):])
+                if stream and rid is not None and (b"\n\n" in tail or b"\r\n\r\n" in tail):
+                    done = httpx.Response(r.status_code, headers=headers, content=bytes(body))
+                    if any(m.get("id") == rid for m in _messages(done)):
+                        return done  # the response to this message: the rest of the stream is not ours to wait for
+                if time.monotonic() > deadline:
+                    raise ServerFailed(f"no complete answer within {self.timeout_s:g} s (the server kept sending)")
+            return httpx.Response(r.status_code, headers=headers, content=bytes(body))
 
     def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self._next_id += 1

@@ -37,6 +37,12 @@ def server_log(resource: Resource) -> Path:
     return resource.root.parent / f"{resource.root.name}.server.log"
 
 
+def _running(server: StdioServer | HttpServer) -> bool:
+    """Whether a prepared world's server process is still running (a server may exit while it waits)."""
+    proc = server.proc
+    return proc is not None and proc.poll() is None
+
+
 def release(server: StdioServer | HttpServer | None, resource: Resource) -> None:
     """Stop an episode's server (if any) and remove its resource with the server's log."""
     if server is not None:
@@ -148,8 +154,8 @@ class Pool:
                 raise
             except Exception:  # noqa: BLE001 - made ahead and failed: this episode makes its own, and says why
                 got = None
-            if got is not None and not got.resource.root.is_dir():  # its folder was removed under it: not usable
-                got.discard()
+            if got is not None and (not got.resource.root.is_dir() or not _running(got.server)):
+                got.discard()  # its folder was removed under it, or its server has exited since: not usable
                 got = None
             if got is not None:
                 got.ahead = True

@@ -273,7 +273,7 @@ def probe_folder(root: Path, env: dict[str, str], timeout: float, spec: Probe | 
             files[Path(spec.path).as_posix()] = _file_record(root)
         return {"records": {"files": files}}
     if not root.is_dir():
-        raise ResourceFailed(f"{root} is not a folder")
+        raise ResourceFailed(f"{spec.path if spec is not None else '.'} is not a folder in the resource")
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         base = Path(dirpath)
@@ -347,7 +347,7 @@ def probe_jsonl(path: Path, env: dict[str, str], timeout: float, spec: Probe | N
             continue
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
         rec = item if isinstance(item, dict) else {"value": item}
         names = (spec.key,) if spec is not None and spec.key else LINE_KEYS
@@ -363,16 +363,18 @@ def probe_jsonl_graph(path: Path, env: dict[str, str], timeout: float, spec: Pro
     relations: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return {"records": {"entities": entities, "relations": relations}}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
+        if not isinstance(item, dict):
+            raise ResourceFailed(f"{path.name} line {n} is not an object")
         if item.get("type") == "entity":
             _keep(entities, str(item.get("name")), {"name": item.get("name"), "entityType": item.get("entityType"),
-                                                   "observations": list(item.get("observations") or [])})
+                                                   "observations": item.get("observations") or []})
         elif item.get("type") == "relation":
             key = f"{item.get('from')}|{item.get('relationType')}|{item.get('to')}"
             _keep(relations, key, {"from": item.get("from"), "to": item.get("to"),
