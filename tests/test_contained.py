@@ -117,3 +117,20 @@ def test_a_scorecard_killed_mid_call_leaves_no_server_process(tmp_path: Path) ->
     card.send_signal(signal.SIGKILL)
     card.wait()
     assert len(started) >= 3 and _gone(mark, started) == []
+
+
+def test_a_sigterm_of_catalog_import_leaves_no_stdio_server(tmp_path: Path) -> None:
+    """The import's server is started through the lifetime launcher: it gets SIGTERM when the import dies."""
+    mark = _mark()
+    silent = f"{sys.executable} -c 'import sys, time; time.sleep({mark})'"
+    imp = subprocess.Popen([sys.executable, "-m", "aft_bench.cli", "catalog", "import-mcp", "--cmd", silent,
+                            "--out", str(tmp_path / "c.toml"), "--timeout", "300"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = _marked(mark)
+    assert started
+    imp.send_signal(signal.SIGTERM)
+    imp.wait(timeout=60)
+    assert _gone(mark, started) == [] and not (tmp_path / "c.toml").exists()

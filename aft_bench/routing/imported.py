@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import shlex
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,7 +86,11 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
         raise InputError("--cmd", "--cmd", cmd, "empty command")
 
     async def listing(errlog: Any) -> tuple[str, list[Any]]:
-        target: Any = url if cmd is None else stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]),
+        # started through the lifetime launcher: the server gets SIGTERM when this process dies, however it dies
+        # (a SIGTERM'd import once left its stdio server running for 43 minutes)
+        lifetime = [sys.executable, "-m", "aft_bench.common.lifetime"]
+        target: Any = url if cmd is None else stdio_client(StdioServerParameters(command=lifetime[0],
+                                                                                 args=[*lifetime[1:], *argv]),
                                                            errlog=errlog)
         async with Client(target) as client:
             info = getattr(client, "server_info", None) or getattr(getattr(client, "initialize_result", None),
