@@ -334,3 +334,27 @@ def test_an_interrupted_call_is_a_task_that_can_be_polled_continued_or_cancelled
     assert row["recovered"] is False and row["y_goal"] is False
     trace = (tmp_path / "c" / "traces" / f"{row['run_id']}.jsonl").read_text()
     assert '"kind":"task_cancelled"' in trace
+
+
+def test_a_served_world_not_ready_in_time_is_a_pending_tuple_with_its_reason(tmp_path: Path, capsys,
+                                                                           monkeypatch) -> None:
+    """A busy machine: the served server has not said it serves when the wait ends. The tuple is left pending with
+    that reason in failures.jsonl and no server is left; serve-matrix goes on (no internal error)."""
+    import json
+
+    from aft_bench.cli.serving import READY_ENV, ready_wait
+
+    assert ready_wait([]) == 60.0 and ready_wait([1.0, 13.5]) == 135.0  # scaled by the slowest start-up seen
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    cfg = tmp_path / "m.toml"
+    cfg.write_text('[experiment]\nid = "m"\ncomparisons = ["duplicate_effects"]\ntasks_per_workload = 1\n')
+    out = tmp_path / "out"
+    monkeypatch.setenv(READY_ENV, "0.001")  # no server says it serves within a millisecond
+    assert main(["serve-matrix", str(cfg), "--out", str(out), "--worlds", str(WORLDS),
+                 "--client-cmd", f"{sys.executable} {client}"]) == 1
+    said = capsys.readouterr()
+    assert "internal error" not in said.err and "2 pending" in said.out
+    failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 2 and all("was not ready within 0.001 s" in f["reason"] for f in failures)
+    assert not (out / "results.parquet").exists() or len(pd.read_parquet(out / "results.parquet")) == 0

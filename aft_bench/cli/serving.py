@@ -31,6 +31,8 @@ FROZE_HINT = ("hint: the client listed its tools, was told the list changed, nev
 TAIL_LINES = 12
 ABANDON_WITH_PARENT = "AFT_BENCH_ABANDON_WITH_PARENT"  # set by serve-matrix for the servers it starts
 STOP_WAIT_S = 30.0
+READY_MIN_S = 60.0  # the least a served tuple's server is given to say it serves
+READY_ENV = "AFT_BENCH_SERVE_READY_S"  # a fixed wait instead (seconds), for a machine known to be slow, and tests
 
 
 def _agent_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,6 +183,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     recorded_rows = [rec.get("row") or {} for rec in read_records(out / "journal.jsonl")]  # before this run
     recorded = skipped = pending = froze = 0
     n = 0
+    starts: list[float] = []  # seconds each tuple's server took to say it serves
     for options in agents:
         for wl, task, cond, fault, seed, backend, size, rep in tuples:
             n += 1
@@ -195,8 +198,11 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
                     continue
             logs.mkdir(parents=True, exist_ok=True)
             stem = logs / f"{n:04d}-{wl}-{task}-{cond}-{fault}-s{seed}-r{rep}"
-            ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem)
+            ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem,
+                                          ready_wait(starts))
             froze += detail.pop("froze_its_list")
+            started = detail.pop("ready_s")
+            starts += [started] if started is not None else []
             if ok:
                 recorded += 1
                 print(f"{n}/{total}  {name}  recorded as run {why}", flush=True)
@@ -234,10 +240,18 @@ def _frozen(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
 
+def ready_wait(seen: list[float]) -> float:
+    """How long a served tuple's server may take to say it serves: at least READY_MIN_S, and ten times the slowest
+    start-up this run has seen (on a busy machine a start-up took 13-16 s against a fixed 20 s)."""
+    fixed = os.environ.get(READY_ENV)
+    return float(fixed) if fixed else max(READY_MIN_S, 10 * max(seen, default=0.0))
+
+
 def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, worlds: Path, command: Any,
-                args: argparse.Namespace, stem: Path) -> tuple[bool, str, dict[str, Any]]:
+                args: argparse.Namespace, stem: Path, ready_s: float) -> tuple[bool, str, dict[str, Any]]:
     """One tuple: a fresh server, the client, then the server told to record (client ended well) or to abandon
-    (it failed). Returns (recorded, run id or why not, details for failures.jsonl)."""
+    (it failed). Returns (recorded, run id or why not, details for failures.jsonl). A server not ready within
+    `ready_s` is stopped and its tuple left pending with that reason."""
     from aft_bench.common.net import free_port
 
     port = free_port()
@@ -253,11 +267,16 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
     slog.handed()
     client_rc: int | None = None
     why = ""
+    t0 = time.monotonic()
     try:
-        if not _wait_ready(server_log, 20.0, alive=lambda: server.poll() is None):
-            server.wait(timeout=STOP_WAIT_S) if server.poll() is None else None
-            raise InputError("--out", "serve", f"{target.workload}/{target.task_id} {target.condition}",
-                             "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
+        if not _wait_ready(server_log, ready_s, alive=lambda: server.poll() is None):
+            if server.poll() is not None:  # it ended before it served: what it said is why
+                raise InputError("--out", "serve", f"{target.workload}/{target.task_id} {target.condition}",
+                                 "the server did not start: " + _tail(server_log, 3).replace("\n", " | "))
+            why = f"the server was not ready within {ready_s:g} s (a busy machine?); rerun to play it"
+            return False, why, {"client_exit": None, "client_log_tail": "", "server_log_tail": _tail(server_log),
+                                "froze_its_list": False, "ready_s": None}
+        ready = time.monotonic() - t0
         env = {**os.environ, "AFT_BENCH_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
         clog = RedactedLog(client_log)
         # through the lifetime launcher: the client gets SIGTERM if serve-matrix dies (SIGKILL included)
@@ -286,7 +305,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
         slog.close()
     said = _tail(server_log, 50)
     detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log),
-              "froze_its_list": FROZE_HINT in said}
+              "froze_its_list": FROZE_HINT in said, "ready_s": ready}
     found = RECORDED.search(said)
     if found:  # recorded only at the stop that follows a client's exit 0 (--record-at stop)
         return True, found.group(1), detail
