@@ -1,5 +1,5 @@
-"""A minimal MCP server over stdio, standard library only (it starts in milliseconds): `echo` (a read) and `append`
-(appends its text to notes.txt in its folder: a re-issue appends again), or the tool list given as JSON in
+"""A minimal MCP server over stdio, standard library only (it starts in milliseconds): `echo` (a read), `append`
+(appends its text to notes.txt in its folder: a re-issue appends again) and `refuse` (answers isError), or the tool list given as JSON in
 ECHO_TOOLS (for tests of what a server may list). For tests of the world surfaces."""
 
 import json
@@ -17,7 +17,8 @@ TOOLS = json.loads(os.environ.get("ECHO_TOOLS") or "null") or [
     {"name": "echo", "description": "Echo the text back.", "inputSchema": {"type": "object", "properties": {
         "text": {"type": "string"}}}},
     {"name": "append", "description": "Append the text to notes.txt.", "inputSchema": {"type": "object",
-     "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+     "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "refuse", "description": "Refuse, with isError.", "inputSchema": {"type": "object"}}]
 
 BAD = os.environ.get("ECHO_BAD", "")  # a malformed answer, for the hostile-answer tests
 
@@ -52,10 +53,15 @@ for line in sys.stdin:
         result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                   "serverInfo": {"name": "echo", "version": "0.0.1"}}
     elif method == "tools/list":
+        time.sleep(float(os.environ.get("ECHO_LIST_SLEEP") or 0))  # a server that initializes, then hangs
         result = {"tools": TOOLS}
     elif method == "tools/call":
         text = str((msg["params"].get("arguments") or {}).get("text", ""))
         time.sleep(float(os.environ.get("ECHO_SLEEP") or 0))
+        if msg["params"].get("name") == "refuse":
+            print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "content": [{"type": "text", "text": "refused"}], "isError": True}}), flush=True)
+            continue
         if msg["params"].get("name") == "append":
             with open("notes.txt", "a", encoding="utf-8") as fh:
                 fh.write(text + "\n")
