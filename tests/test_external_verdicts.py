@@ -326,3 +326,24 @@ def _cmd(d: Path) -> str:
         return (d / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize(("condition", "shown"), [
+    ("GW-bare", {"status": "timeout"}),  # no invocation record: an interruption looks like a lost answer
+    ("GW-status", {"status": "interrupted", "invocation_id": "inv-1", "resumable": False}),
+])
+def test_what_an_agent_is_told_of_an_interruption(condition: str, shown: dict, tmp_path: Path) -> None:
+    from aft_bench.interface.gateway_surface import GatewayInterface
+    from aft_bench.interface.mechanisms import load_conditions
+    from aft_bench.runtime.gateway import Gateway, GatewayFault, GatewaySchedule
+
+    world = _echo_world(tmp_path, '[tools.append]\neffect = "write"\n')
+    gw = Gateway(world, Trace(), GatewaySchedule(id="t", faults=(GatewayFault(kind="interruption", tool="append"),)))
+    gw.open()
+    try:
+        mech = load_conditions().resolve(condition)
+        told = GatewayInterface(gw, mech).call("append", {"text": "x"})
+        assert told.content == shown
+        assert gw.status("inv-1")["reached_server"] is False and gw.final_state() == gw.s0  # never sent
+    finally:
+        gw.close()
