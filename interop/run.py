@@ -151,14 +151,16 @@ def quarantined(out: Path) -> dict[tuple, Path]:
 
 
 def business_calls(trace: Path) -> list[str]:
-    """The business operations an episode's trace shows reaching the pipeline (its `invocation` events)."""
+    """The business operations an episode's trace shows reaching the pipeline or the gateway (its `invocation`
+    events: `op` on a built-in world, `tool` on a real server's)."""
     if not trace.exists():
         return []
     ops = []
     for line in trace.read_text().splitlines():
         e = json.loads(line)
         if e.get("kind") == "invocation":
-            ops.append(str(e.get("data", {}).get("op")))
+            data = e.get("data", {})
+            ops.append(str(data.get("op") or data.get("tool")))
     return ops
 
 

@@ -358,3 +358,7 @@ def test_a_served_world_not_ready_in_time_is_a_pending_tuple_with_its_reason(tmp
     failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines()]
     assert len(failures) == 2 and all("was not ready within 0.001 s" in f["reason"] for f in failures)
     assert not (out / "results.parquet").exists() or len(pd.read_parquet(out / "results.parquet")) == 0
+    (out / ".scratch" / "aft-git-left-by-a-killed-serve").mkdir(parents=True)
+    assert main(["serve-matrix", str(cfg), "--out", str(out), "--worlds", str(WORLDS),
+                 "--client-cmd", f"{sys.executable} {client}"]) == 1  # the rerun: the same two pending
+    assert not (out / ".scratch").exists()  # what a killed serve left there, removed by serve-matrix

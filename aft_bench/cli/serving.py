@@ -177,6 +177,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     out = Path(args.out)
     with ServedDirectory(out, worlds, session=False):  # a served directory before anything is written into it
         pass
+    _clear_scratch(out)  # what a killed serve left of its real-server episode (its server died with it)
     logs = out / "logs"
     exe = str(Path(sys.executable).with_name("aft-bench"))
     total = len(tuples) * len(agents)
@@ -303,6 +304,7 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
                 server.kill()
                 server.wait()
         slog.close()
+        _clear_scratch(out)  # the tuple's server has exited: nothing of its episode's folder is in use
     said = _tail(server_log, 50)
     detail = {"client_exit": client_rc, "client_log_tail": _tail(client_log), "server_log_tail": _tail(server_log),
               "froze_its_list": FROZE_HINT in said, "ready_s": ready}
@@ -316,6 +318,14 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
         why = "the client never connected (nothing to record)" if server.returncode == 0 else (
             f"the server ended with code {server.returncode}")
     return False, why, detail
+
+
+def _clear_scratch(out: Path) -> None:
+    """Remove a served directory's scratch folder (external worlds' episode folders). serve-matrix runs one served
+    tuple at a time, so between tuples nothing in it belongs to a live server."""
+    import shutil
+
+    shutil.rmtree(out / ".scratch", ignore_errors=True)
 
 
 def _wait_ready(log: Path, timeout_s: float, alive: Any) -> bool:
