@@ -151,6 +151,11 @@ WRAPPED = [  # (what a framework sent back, the interface's observation inside i
     ('[{"type": "text", "text": "OK: {\\"ref\\": \\"payments/p1\\"}"}]', 'OK: {"ref": "payments/p1"}'),
     ('Error executing tool charge_payment: {"status": "timeout"}', {"status": "timeout"}),  # text around an envelope
     ("Tool call failed: ERROR unauthorized: refunds.issue missing", "ERROR unauthorized: refunds.issue missing"),
+    # LlamaIndex prints the MCP result as a Python repr: quotes in the server's text come escaped (issue 48: a
+    # replayed answer holding a quote was taken for a lost one)
+    ("meta=None content=[TextContent(type='text', text='{\"status\": \"ok\", \"result\": {\"text\": "
+     "\"it\\'s \\\\\"done\\\\\"\"}}')] structuredContent=None isError=False",
+     {"status": "ok", "result": {"text": 'it\'s "done"'}}),
 ]
 
 

@@ -175,8 +175,20 @@ def observed(content: Any) -> Any:
     return text
 
 
+_PY_ESCAPE = re.compile(r"\\([\\'\"])")
+
+
 def _embedded(text: str) -> Any:
-    """An envelope (JSON object with an interface `status`) or an interface text form inside other text."""
+    """An envelope (JSON object with an interface `status`) or an interface text form inside other text; inside
+    a Python repr too (LlamaIndex prints a tool result that way: a quote in the text comes escaped, `\\'` or
+    `\\"`, which JSON cannot read as it is)."""
+    found = _embedded_as_is(text)
+    if found is None and "\\" in text:
+        found = _embedded_as_is(_PY_ESCAPE.sub(r"\1", text))
+    return found
+
+
+def _embedded_as_is(text: str) -> Any:
     decoder = json.JSONDecoder()
     for i, ch in enumerate(text):
         if ch == "{":
