@@ -284,3 +284,45 @@ def test_a_server_installed_at_another_version_than_its_world_pins_is_refused(tm
     (package / "package.json").write_text('{"name": "@modelcontextprotocol/server-memory", "version": "2026.8.31"}')
     external._servers_layout.cache_clear()
     assert external.installed_version(MEMORY) == "2026.8.31"
+
+
+def test_a_served_real_server_world_is_prepared_before_the_clients_first_request(tmp_path: Path) -> None:
+    """`serve` starts the episode's real server while the client connects (openai-agents gives up after 5 s, and a
+    start-up took 13-16 s on a busy machine): before any request, its folder and its server are there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([exe, "serve", "--workload", "memory_response_loss", "--task", "entity_carol",
+                             "--condition", "GW-bare", "--transport", "http", "--port", "0", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kids(pid: int) -> list[str]:
+        out_ = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                    cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+                except OSError:
+                    continue
+                if int(fields[1]) == pid:
+                    out_ += [cmd] + kids(int(d.name))
+        return out_
+
+    def prepared() -> bool:
+        folders = list((out / ".scratch").glob("aft-memory-*/memory.jsonl")) if (out / ".scratch").is_dir() else []
+        return bool(folders) and any("server-memory" in c for c in kids(proc.pid))
+
+    try:
+        deadline = time.monotonic() + 60
+        while not prepared() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert prepared()  # no client has connected: the folder made and the server started ahead
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert not any("server-memory" in c for c in kids(proc.pid))

@@ -71,6 +71,7 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
     async def serve() -> None:
         with ServedDirectory(Path(args.out), worlds) as directory:
             served.directory = directory
+            served.prepare_world()  # a real server starts while the client connects, not on its first request
             server = build_server(served)
             if args.transport == "stdio":
                 await _serve_stdio(served, server)

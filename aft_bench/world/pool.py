@@ -166,6 +166,20 @@ class Pool:
             self._start(key, world, parent)
         return made
 
+    def prefetch(self, world: ExternalWorld, parent: Path) -> None:
+        """Start preparing one world for an episode known to come (a served episode, before its client's first
+        request, so that request is not kept waiting for a server's start-up); nothing more is made ahead after it
+        is taken."""
+        key = _key(world, parent)
+        with self._lock:
+            if key in self._ahead:
+                return
+        self._start(key, world, parent)
+
+    def has_ahead(self, world: ExternalWorld, parent: Path | None) -> bool:
+        with self._lock:
+            return _key(world, parent) in self._ahead
+
     def _claim(self, fut: Future[Prepared]) -> Prepared:
         """Wait for a world and take it out of the pool's hands (an exception if making it failed)."""
         got = fut.result()
@@ -227,9 +241,14 @@ def take(world: ExternalWorld, parent: Path | None) -> Prepared:
     """A prepared world for one episode: made now, in the caller's thread; from the process's pool with
     AFT_BENCH_POOL=1. The pool is off by default because it was measured to gain nothing with the deterministic
     agent on this project's 2-core machines (docs/real_worlds.md): start-up there is processor work, not waiting."""
-    if os.environ.get(POOL_ENV) == "1":
+    if os.environ.get(POOL_ENV) == "1" or POOL.has_ahead(world, parent):  # or one was asked for (`prefetch`)
         return POOL.take(world, parent)
     return prepare(world, parent)
+
+
+def prefetch(world: ExternalWorld, parent: Path) -> None:
+    """Prepare one world ahead for an episode known to come (whatever AFT_BENCH_POOL says)."""
+    POOL.prefetch(world, parent)
 
 
 def drain(parent: Path | None = None) -> int:
