@@ -326,3 +326,36 @@ def test_a_served_real_server_world_is_prepared_before_the_clients_first_request
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert not any("server-memory" in c for c in kids(proc.pid))
+
+
+def test_a_served_real_server_that_cannot_start_is_one_line_not_an_internal_error(tmp_path: Path) -> None:
+    import shutil
+    import sys
+    import tempfile
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    worlds = tmp_path / "worlds"
+    shutil.copytree(ROOT / "worlds" / "memory", worlds / "memory")
+    (worlds / "workloads").mkdir()
+    shutil.copy(ROOT / "worlds" / "workloads" / "memory_response_loss.toml", worlds / "workloads")
+    world = worlds / "memory" / "world.toml"
+    world.write_text(world.read_text().replace('command = ["node",', 'command = ["/nonexistent/node",'))
+    exe = str(Path(sys.executable).with_name("aft-bench"))
+    params = StdioServerParameters(command=exe, args=[
+        "serve", "--workload", "memory_response_loss", "--task", "entity_carol", "--condition", "GW-bare",
+        "--out", str(tmp_path / "out"), "--worlds", str(worlds), "--agent", "probe"])
+
+    async def play(errlog) -> None:  # type: ignore[no-untyped-def]
+        async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            await s.list_tools()
+
+    with tempfile.TemporaryFile("w+") as errlog:
+        asyncio.run(play(errlog))
+        errlog.seek(0)
+        said = errlog.read()
+    assert "internal error" not in said, said
+    assert "aft-bench: world 'memory': cannot start '/nonexistent/node'" in said and "not recorded" in said
+    assert not (tmp_path / "out" / "results.parquet").exists()

@@ -14,7 +14,8 @@ from typing import Any
 from aft_bench import __version__
 from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, number
 from aft_bench.common import memory
-from aft_bench.common.errors import CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError
+from aft_bench.common.errors import (CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError,
+                                     WorldFailed)
 from aft_bench.common.files import input_dir
 from aft_bench.common.paths import WORLDS
 from aft_bench.common.secrets import redact
@@ -489,7 +490,7 @@ def _log_warning(message: Warning | str, category: type[Warning], filename: str,
 
 
 _KNOWN = (InputError, TraceIntegrityError, OutputError, EvidenceError, CeilingReached, OSError, KeyboardInterrupt,
-          MemoryError)
+          MemoryError, WorldFailed)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -595,6 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CeilingReached as exc:
         print(f"aft-bench: {_one_line(str(exc))}", file=sys.stderr)
         return 3
+    except WorldFailed as exc:  # a real server failed in a served episode: said, not an internal error
+        print(f"aft-bench: {_one_line(str(exc))}; the episode was not recorded", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("aft-bench: interrupted; everything recorded before this point is intact", file=sys.stderr)
         return 130

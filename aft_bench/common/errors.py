@@ -52,3 +52,12 @@ class EvidenceError(Exception):
 
 class CeilingReached(Exception):
     """The experiment's spend ceiling stopped new tuples; everything recorded is intact (exit 3)."""
+
+
+class WorldFailed(Exception):
+    """An external world failed during an episode (server, fixture or probe): the tuple stays pending. `field`
+    names the world file's field that failed (`server`, `probe.sqlite`, `fixture.commands`, ...)."""
+
+    def __init__(self, message: str, field: str = "server") -> None:
+        super().__init__(message)
+        self.field = field

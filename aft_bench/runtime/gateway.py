@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import canonical_json, digest
 from aft_bench.common.datafile import read_toml, validate
-from aft_bench.common.errors import InputError
+from aft_bench.common.errors import InputError, WorldFailed
 from aft_bench.runtime.trace import Trace
 from aft_bench.world import pool, snapshot
 from aft_bench.world.external import WORKSPACE, ExternalWorld, check_tools
@@ -71,15 +71,6 @@ def load_gateway_schedule(path: str | Path, world: ExternalWorld) -> GatewaySche
         if f.tool is not None and f.tool not in world.tools:
             raise InputError(p, f"faults.{i}.tool", f.tool, f"world '{world.id}' has no such tool")
     return sched
-
-
-class WorldFailed(Exception):
-    """The external world failed during an episode (server, fixture or probe): the tuple stays pending. `field`
-    names the world file's field that failed (`server`, `probe.sqlite`, `fixture.commands`, ...)."""
-
-    def __init__(self, message: str, field: str = "server") -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)
