@@ -200,14 +200,17 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
                     continue
             logs.mkdir(parents=True, exist_ok=True)
             stem = logs / f"{n:04d}-{wl}-{task}-{cond}-{fault}-s{seed}-r{rep}"
+            t_tuple = time.monotonic()
             ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem,
                                           ready_wait(starts))
             froze += detail.pop("froze_its_list")
             started = detail.pop("ready_s")
             starts += [started] if started is not None else []
+            took = (f" (server ready in {started:.1f} s, tuple {time.monotonic() - t_tuple:.1f} s)"
+                    if started is not None else "")
             if ok:
                 recorded += 1
-                print(f"{n}/{total}  {name}  recorded as run {why}", flush=True)
+                print(f"{n}/{total}  {name}  recorded as run {why}{took}", flush=True)
             else:
                 pending += 1
                 append_record(out / "failures.jsonl", {
