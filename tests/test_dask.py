@@ -137,6 +137,7 @@ concurrency = 4
     cells = len(load_matrix(cfg, WORLDS).cells)
     external["log"].unlink(missing_ok=True)
     d = tmp_path / "killed"
+    started = time.time() - 1
     with Client(external["address"], timeout=30) as client:
         pids = client.run(os.getpid)
     victim = min(pids.values())
@@ -177,6 +178,18 @@ concurrency = 4
         assert n <= 1 + recorded[rid] and n <= distributed.MAX_ATTEMPTS, (rid, n, recorded[rid])
     assert sum(executions.values()) > cells  # the killed worker really was running an episode
     assert main(["audit", str(d)]) == 0
+    # what the killed worker left (its shipped inputs, its cell's folder) is in its own scratch folder, never loose
+    # in the temp folder, and the next command that makes a scratch folder removes it (issue 48)
+    import tempfile
+
+    from aft_bench.common import scratch
+
+    temp = Path(tempfile.gettempdir())
+    assert not [p for p in temp.iterdir() if p.name.startswith("aft-bench-") and p.name != scratch.BASE
+                and p.stat().st_mtime >= started]
+    scratch._MINE.clear()
+    scratch.scratch_dir()
+    assert not list((temp / scratch.BASE).glob(f"{victim}-*"))
 
 
 def test_a_worker_of_another_version_is_refused_with_one_line(tmp_path: Path, capsys) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from aft_bench.common.canonical import digest
+from aft_bench.common.scratch import scratch_dir
 from aft_bench.common.secrets import redact
 from aft_bench.experiment import executors, freeze
 from aft_bench.experiment.config import Matrix, load_matrix
@@ -124,7 +125,7 @@ class ShippedInputs(WorkerPlugin):
 
 def prepare(shipped: Bundle) -> _Prepared:
     """Unpack the inputs into a private folder, load the matrix from them and compare fingerprints."""
-    folder = Path(tempfile.mkdtemp(prefix=f"aft-bench-inputs-{shipped.token}-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"aft-bench-inputs-{shipped.token}-", dir=scratch_dir()))
     try:
         (folder / "worlds").mkdir()
         for rel, data in shipped.worlds:
@@ -175,7 +176,8 @@ def _play(address: str, token: str, index: int, run_id: str, attempt: int) -> Re
     if not 0 <= index < len(matrix.cells) or matrix.cells[index].run_id != run_id:
         return Returned(run_id, attempt, address, "refused",
                         {"message": f"cell {index} is not run {run_id} on this worker"})
-    with tempfile.TemporaryDirectory(prefix=f"aft-bench-{run_id}-") as tmp:
+    # in the worker's own scratch folder: a worker killed with SIGKILL leaves it to the next command's sweep
+    with tempfile.TemporaryDirectory(prefix=f"aft-bench-{run_id}-", dir=scratch_dir()) as tmp:
         out = Path(tmp)
         (out / "traces").mkdir()
         kind, data = executors.attempt(matrix, index, out)
