@@ -336,19 +336,27 @@ def probe_sqlite(path: Path, env: dict[str, str], timeout: float, spec: Probe | 
 LINE_KEYS = ("id", "name", "key", "uuid")
 
 
-def probe_jsonl(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
-    """A JSON-lines file: each line a record of `lines`, keyed by the probe's `key` field, else the first of `id`,
-    `name`, `key`, `uuid` it has, else a digest of its content; a second line under one key is `key#2`."""
-    lines: dict[str, dict[str, Any]] = {}
+def _json_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON-lines file (none if it does not exist yet); a line
+    that is not JSON, or nested too deep to read, fails the probe naming the file and the line."""
     if not path.exists():
-        return {"records": {"lines": lines}}
+        return []
+    out = []
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            out.append((n, json.loads(line)))
         except (ValueError, RecursionError):
             raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
+    return out
+
+
+def probe_jsonl(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
+    """A JSON-lines file: each line a record of `lines`, keyed by the probe's `key` field, else the first of `id`,
+    `name`, `key`, `uuid` it has, else a digest of its content; a second line under one key is `key#2`."""
+    lines: dict[str, dict[str, Any]] = {}
+    for _, item in _json_lines(path):
         rec = item if isinstance(item, dict) else {"value": item}
         names = (spec.key,) if spec is not None and spec.key else LINE_KEYS
         key = next((str(rec[k]) for k in names if k in rec and not isinstance(rec[k], (dict, list))), None)
@@ -361,15 +369,7 @@ def probe_jsonl_graph(path: Path, env: dict[str, str], timeout: float, spec: Pro
     line for the same entity or relation is kept as `name#2`, `name#3` (so a duplicate can be counted)."""
     entities: dict[str, dict[str, Any]] = {}
     relations: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return {"records": {"entities": entities, "relations": relations}}
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
+    for n, item in _json_lines(path):
         if not isinstance(item, dict):
             raise ResourceFailed(f"{path.name} line {n} is not an object")
         if item.get("type") == "entity":
