@@ -1282,7 +1282,6 @@ def test_a_worker_announces_each_start_and_sends_home_its_row_or_its_failure(tmp
     comes back as a failure record: run id, attempt, worker, the exception's class and its message, credentials
     redacted and cut at 2000 characters."""
     pytest.importorskip("distributed", reason="the optional extra aft-bench[dask] is not installed")
-    import tempfile
     import time
 
     from distributed import Client, LocalCluster
@@ -1313,13 +1312,13 @@ def test_a_worker_announces_each_start_and_sends_home_its_row_or_its_failure(tmp
             time.sleep(0.05)
         assert [msg for _ts, msg in client.get_events("starts")] == [{"key": key, "worker": address}]
 
-        saved = tempfile.tempdir
-        tempfile.tempdir = str(missing)
+        saved = shipping.scratch_dir  # the worker's scratch folder (in this process: processes=False) gone
+        shipping.scratch_dir = lambda: missing  # type: ignore[assignment]
         try:
             failed = client.submit(shipping.play, shipped.token, index, rid, 4, "starts", "k4", key="k4",
                                    pure=False).result(timeout=20)
         finally:
-            tempfile.tempdir = saved
+            shipping.scratch_dir = saved  # type: ignore[assignment]
     message = f"[Errno 2] No such file or directory: '{missing}/aft-bench-{rid}-".replace("sk-" + "A" * 32,
                                                                                           "[redacted]")
     assert len(message) > 2000
@@ -1401,10 +1400,9 @@ def test_an_episode_that_fails_on_a_worker_comes_home_as_its_failure_record(tmp_
 
 
 def test_a_worker_plays_each_attempt_in_a_temporary_folder_named_after_its_run(tmp_path: Path) -> None:
-    """The attempt's private folder is made under the temp folder, named aft-bench-RUN-...: where it cannot be
-    made, the error names that path."""
+    """The attempt's private folder is made under the worker's scratch folder (in the temp folder), named
+    aft-bench-RUN-...: where it cannot be made, the error names that path."""
     import asyncio
-    import tempfile
 
     from aft_bench.experiment import shipping
 
@@ -1414,13 +1412,13 @@ def test_a_worker_plays_each_attempt_in_a_temporary_folder_named_after_its_run(t
     plugin = shipping.ShippedInputs(shipping.bundle(matrix))
     asyncio.run(plugin.setup(None))
     rid = matrix.cells[0].run_id
-    saved = tempfile.tempdir
-    tempfile.tempdir = str(tmp_path / "gone")
+    saved = shipping.scratch_dir
+    shipping.scratch_dir = lambda: tmp_path / "gone"  # type: ignore[assignment]
     try:
         with pytest.raises(FileNotFoundError) as err:
             shipping._play("tcp://w:1", plugin.bundle.token, 0, rid, 1)
     finally:
-        tempfile.tempdir = saved
+        shipping.scratch_dir = saved  # type: ignore[assignment]
         plugin.teardown(None)
     made = Path(err.value.filename)
     assert made.parent == tmp_path / "gone" and made.name.startswith(f"aft-bench-{rid}-")
