@@ -347,3 +347,93 @@ def test_what_an_agent_is_told_of_an_interruption(condition: str, shown: dict, t
         assert gw.status("inv-1")["reached_server"] is False and gw.final_state() == gw.s0  # never sent
     finally:
         gw.close()
+
+
+# -- how an answer is read: text, data, an example's {before.N.field} ---------------------------------------------
+def test_an_answers_text_and_data_are_read_as_a_client_reads_them() -> None:
+    from aft_bench.scorecard.answers import answer_value, text_of
+
+    answer = {"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}, "junk",
+                          {"type": "text", "text": "b"}, {"type": "text"}], "isError": False}
+    assert text_of(answer) == "a\nb\n" and text_of(None) == "" and text_of({}) == ""
+    assert answer_value({"content": [{"type": "text", "text": '{"id": 7}'}]}) == {"id": 7}
+    assert answer_value({"content": [{"type": "text", "text": '{"id": 7}'}], "structuredContent": {"id": 8}}) == \
+        {"id": 8}
+    assert answer_value({"content": [{"type": "text", "text": "not json"}]}) is None and answer_value(None) is None
+
+
+def test_an_examples_placeholder_is_filled_from_the_set_up_answers() -> None:
+    from aft_bench.scorecard.answers import resolve
+
+    earlier = [{"content": [{"type": "text", "text": '{"todo": {"id": "u-1", "tags": ["a", "b"]}}'}]},
+               {"content": [], "structuredContent": {"rows": [{"id": 5}]}}]
+    args = {"todo_id": "{before.0.todo.id}", "tag": "{before.0.todo.tags.1}", "row": "{before.1.rows.0.id}",
+            "keep": "{before.0}", "text": "see {before.0.todo.id}", "n": 3, "list": ["{before.0.todo.id}", "x"]}
+    assert resolve(args, earlier) == {"todo_id": "u-1", "tag": "b", "row": 5, "keep": "{before.0}",
+                                      "text": "see {before.0.todo.id}", "n": 3, "list": ["u-1", "x"]}
+    for bad, said in (("{before.0.todo.name}", "set-up call 0's answer has no todo.name"),
+                      ("{before.2.id}", "set-up call 2's answer has no id"),
+                      ("{before.0.todo.tags.5}", "has no todo.tags.5")):
+        with pytest.raises(LookupError, match=said.replace(".", r"\.")):
+            resolve({"x": bad}, earlier)
+
+
+def test_a_failure_phrase_is_a_whole_word_the_first_answer_lacked() -> None:
+    from aft_bench.scorecard.answers import failure_signal
+
+    def said(text: str) -> dict:
+        return {"content": [{"type": "text", "text": text}], "isError": False}
+
+    phrases = ("error", "not found")
+    assert failure_signal(said("ERROR: no"), None, phrases) == 'text "error"'  # any case
+    assert failure_signal(said("errored"), None, phrases) is None and failure_signal(said("terror"), None,
+                                                                                   phrases) is None
+    assert failure_signal(said("x not found"), said("found it"), phrases) == 'text "not found"'
+    assert failure_signal(said("error, not found"), said("error"), phrases) == 'text "not found"'  # the one new
+    assert failure_signal({"content": [], "isError": True}, None, ()) == "isError"
+
+
+# -- what init-world drafts -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("command", "package", "probe"), [
+    (["srv", "--db-path", "{root}/notes.db"], None, ("sqlite", "notes.db")),
+    (["srv", "--db={root}/data/app.sqlite3"], None, ("sqlite", "data/app.sqlite3")),
+    (["srv", "{root}/x.SQLITE"], None, ("sqlite", "x.SQLITE")),
+    (["node", "index.js", "--memory-path", "{root}/memory.jsonl"], None, ("jsonl", "memory.jsonl")),
+    (["todo", "{root}/todo.txt"], None, ("folder", "todo.txt")),
+    (["srv", "{root}"], None, ("folder", ".")),
+    (["srv", "{root}/../escape.db"], None, ("folder", ".")),  # never outside the resource
+    (["srv", "/etc/app.db"], None, ("folder", ".")),  # not in the resource at all
+    (["mcp-server-git", "--repository", "{root}"], "mcp-server-git", ("git", ".")),
+    (["srv"], "digital-signature", ("folder", ".")),  # "git" only as a word of the package's name
+])
+def test_the_drafted_probe_follows_the_servers_command(command: list[str], package: str | None,
+                                                       probe: tuple[str, str]) -> None:
+    from aft_bench.world.draft import pick_probe
+
+    got = pick_probe(command, package)
+    assert (got.builtin, got.path) == probe and got.why
+
+
+@pytest.mark.parametrize(("name", "read"), [
+    ("list_tables", True), ("getTodo", True), ("describe-table", True), ("read_query", True),
+    ("search_nodes", True), ("filter_by_context", True), ("write_query", False), ("create_table", False),
+    ("listen", False), ("getaway_create", False), ("delete_todo", False), ("", False)])
+def test_a_read_is_guessed_from_the_first_word_of_a_name_only(name: str, read: bool) -> None:
+    from aft_bench.world.draft import guessed_read
+
+    assert guessed_read(name) is read
+
+
+def test_a_drafts_placeholders_all_say_todo_and_its_strings_are_valid_toml() -> None:
+    import tomllib
+
+    from aft_bench.world.draft import _toml, example
+
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"},
+                                               "a": {"type": "array"}, "o": {"type": "object"}, "b": {"type": "boolean"}},
+              "required": ["s", "n", "a", "o", "b"]}
+    assert example(schema) == {"s": "TODO", "n": "TODO", "a": ["TODO"], "o": {"TODO": "TODO"}, "b": "TODO"}
+    assert example({"properties": {"x": {"type": "string"}}}) == {} and example({"required": "x"}) == {}
+    value = {"q": 'a "quoted" \\ line\nnext\x7f😀', "n": 1.5, "t": True, "l": [1, "x"], "e": {}, "k y": None}
+    text = "v = " + _toml({k: v for k, v in value.items() if v is not None})
+    assert tomllib.loads(text)["v"] == {k: v for k, v in value.items() if v is not None}
