@@ -62,7 +62,7 @@ def _check(browser, url: str) -> None:
     assert row.locator('[data-col="bare"]').inner_text() == "silent success"
     assert row.locator('[data-col="key"]').inner_text() == "safe"
     assert row.locator('[data-col="reissue"]').inner_text() == "'[]'"
-    assert "idempotentHint=false (or absent)" in row.locator('[data-col="contradictions"]').inner_text()
+    assert "idempotentHint=false, but the re-issue made no second effect" in row.locator('[data-col="contradictions"]').inner_text()
     later = pg.locator('[data-testid="scorecard-memory-2026.9.1"] tr[data-tool="create_entities"]')
     assert later.locator('[data-col="bare"]').inner_text() == "DUPLICATE"
     changes = pg.locator('[data-testid="changes-memory"]').inner_text()
