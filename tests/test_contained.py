@@ -54,14 +54,17 @@ def _marked(mark: str) -> list[int]:
     return out
 
 
-def _world(tmp_path: Path, command: list[str], mark: str) -> Path:
+def _world(tmp_path: Path, command: list[str], mark: str, forked: bool = False) -> Path:
+    """A world of the echo server that escapes; `forked`: started by the forked launcher (`[server.fork]`)."""
     import json
 
     folder = tmp_path / "w"
     folder.mkdir()
+    fork = (f'[server.fork]\npython = {json.dumps(sys.executable)}\nentry = "forkable_echo:main"\n'
+            if forked else "")
     (folder / "world.toml").write_text(
         f'kind = "mcp_stdio"\nid = "escape"\n[server]\npackage = "echo"\nversion = "1"\n'
-        f'command = {json.dumps(command)}\nenv = {{ ECHO_ESCAPE = "{mark}", ECHO_SLEEP = "30" }}\n'
+        f'command = {json.dumps(command)}\nenv = {{ ECHO_ESCAPE = "{mark}", ECHO_SLEEP = "30" }}\n{fork}'
         '[probe]\nbuiltin = "folder"\n[tools.append]\neffect = "write"\n'
         'examples = [{ args = { text = "hello" } }]\n')
     return folder
@@ -85,18 +88,23 @@ def _gone(mark: str, started: list[int]) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("wrapped", [False, True], ids=["direct", "sh -c"])
-def test_no_process_a_server_starts_outlives_its_killed_runner(wrapped: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["direct", "sh -c", "forked"])
+def test_no_process_a_server_starts_outlives_its_killed_runner(how: str, tmp_path: Path) -> None:
+    """`forked`: the server is forked by the pre-imported launcher (as the git world's are), which runs in a PID
+    namespace of its own; its pid is known from the pidfd the launcher sends."""
     assert pid_namespace(), "this machine refuses a PID namespace (unshare): servers are not contained here"
     mark = _mark()
-    command = ["sh", "-c", f"{sys.executable} {ECHO} {mark}"] if wrapped else [sys.executable, str(ECHO), mark]
-    folder = _world(tmp_path, command, mark)
+    command = ["sh", "-c", f"{sys.executable} {ECHO} {mark}"] if how == "sh -c" else [sys.executable, str(ECHO), mark]
+    folder = _world(tmp_path, command, mark, forked=how == "forked")
+    env = {**os.environ, "PYTHONPATH": str(ECHO.parent), "AFT_BENCH_FORK": "1"}
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True,
-                              cwd=ROOT)
+                              cwd=ROOT, env=env)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
         started = _marked(mark)
-        assert len(started) >= 3  # the server (and its wrapper) and both of its escapees, by PID
+        # the server (and its wrapper) and both of its escapees, by PID; a forked server's command line is its
+        # launcher's, so only its escapees carry the mark
+        assert len(started) >= (2 if how == "forked" else 3)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -227,14 +227,24 @@ def test_a_killed_runner_leaves_no_server_behind(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     pid = int(proc.stdout.readline())  # type: ignore[union-attr]
     assert not _gone(pid)
-    launcher = _parent(pid)  # the forked launcher that forked this server, itself a child of the runner
-    assert launcher != proc.pid and _parent(launcher) == proc.pid
+    between = _ancestors(pid, proc.pid)  # the forked launcher that forked it (and its namespace's init), the runner's
+    assert between and between[0] != proc.pid
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while not (_gone(pid) and _gone(launcher)) and time.monotonic() < deadline:
+    while not all(_gone(p) for p in (pid, *between)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(pid) and _gone(launcher)
+    assert [p for p in (pid, *between) if not _gone(p)] == []
+
+
+def _ancestors(pid: int, top: int) -> list[int]:
+    """The processes between `pid` and its ancestor `top` (neither included); fails if `top` is no ancestor."""
+    chain, at = [], _parent(pid)
+    while at != top:
+        assert at > 1, f"{top} is not an ancestor of {pid}"
+        chain.append(at)
+        at = _parent(at)
+    return chain
 
 
 def _parent(pid: int) -> int:

@@ -3,8 +3,10 @@ server for each episode, so an episode pays a fork (milliseconds) instead of an 
 imports (about a second for mcp-server-git). Each server is still a new process on its own resource, never reused;
 only the imports are shared, read-only, from before the fork. A world opts in with `[server.fork]`.
 
-The launcher runs `zygote.py` with the server's own interpreter. When this process exits or is killed, the
-launcher's socket closes and it kills every server it started, which also die with it (no orphans).
+The launcher runs `zygote.py` with the server's own interpreter, as the first process of a PID namespace of its
+own where the machine allows one (common/lifetime.py). When this process exits or is killed, the launcher's socket
+closes and it kills every server it started, and the namespace ends with it: a server that started children in
+sessions of their own leaves none behind (no orphans). Servers are known here by the pidfd the launcher sends.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import subprocess
 import threading
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
+
+from aft_bench.common.lifetime import contained
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 # run the zygote as a script without its folder (aft_bench/world, whose module names could shadow the standard
@@ -44,9 +48,10 @@ class Launcher:
         self._lock = threading.Lock()
         spec = {"fd": theirs.fileno(), "entry": entry, "preload": list(preload)}
         try:
-            self.proc = subprocess.Popen([python, "-c", BOOT, str(ZYGOTE), json.dumps(spec)], pass_fds=[theirs.fileno()],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, preexec_fn=_own_group)
+            argv, fds = contained([python, "-c", BOOT, str(ZYGOTE), json.dumps(spec)])
+            self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno(), *fds], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         preexec_fn=_own_group)
         except OSError as exc:
             ours.close()
             raise LaunchFailed(f"cannot start the forked launcher {python!r}: {exc.strerror or exc}") from None
@@ -62,16 +67,21 @@ class Launcher:
             raise LaunchFailed(f"the forked launcher could not load {entry}: {ready['error']}")
 
     def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
+        return self._receive_fds(timeout_s, what)[0]
+
+    def _receive_fds(self, timeout_s: float, what: str) -> tuple[dict[str, Any], list[int]]:
         self._sock.settimeout(timeout_s)
         try:
-            data = self._sock.recv(MAX_MESSAGE)
+            data, fds, _flags, _addr = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
         except socket.timeout:
             raise LaunchFailed(f"the forked launcher did not answer {what} within {timeout_s:g} s") from None
         except OSError as exc:
             raise LaunchFailed(f"the forked launcher failed during {what}: {exc}") from None
         if not data:
+            for fd in fds:
+                os.close(fd)
             raise LaunchFailed(f"the forked launcher exited during {what}")
-        return json.loads(data)
+        return json.loads(data), list(fds)
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stderr_path: Path | None,
               timeout_s: float) -> ForkedProcess:
@@ -87,7 +97,7 @@ class Launcher:
                     socket.send_fds(self._sock, [json.dumps(request).encode()], [in_r, out_w, err])
                 except OSError as exc:
                     raise LaunchFailed(f"the forked launcher is gone: {exc}") from None
-                answer = self._receive(timeout_s, "spawn")
+                answer, pidfds = self._receive_fds(timeout_s, "spawn")
         except BaseException:
             os.close(in_w)
             os.close(out_r)
@@ -95,7 +105,11 @@ class Launcher:
         finally:
             for fd in (in_r, out_w, err):
                 os.close(fd)
-        return ForkedProcess(int(answer["pid"]), os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), self)
+        local = int(answer["pid"])
+        if pidfds:
+            return ForkedProcess(_pid_of(pidfds[0]), os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), self,
+                                 local=local, pidfd=pidfds[0])
+        return ForkedProcess(local, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), self)
 
     def reap(self, pid: int) -> int | None:
         """The exit status of a child that has exited (it is a zombie until this asks)."""
@@ -123,13 +137,15 @@ class ForkedProcess:
     """A server the launcher forked, with the part of `subprocess.Popen` the stdio client uses (pid, stdin,
     stdout, poll, wait); its exit is watched through a pidfd, its status asked of the launcher."""
 
-    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], launcher: Launcher) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], launcher: Launcher, local: int | None = None,
+                 pidfd: int | None = None) -> None:
+        self.pid = pid  # as this process sees it (for signals to its group)
+        self.local = pid if local is None else local  # as the launcher sees it (for reaping)
         self.stdin: IO[bytes] | None = stdin
         self.stdout: IO[bytes] | None = stdout
         self.returncode: int | None = None
         self._launcher = launcher
-        self._pidfd: int | None = os.pidfd_open(pid)
+        self._pidfd: int | None = os.pidfd_open(pid) if pidfd is None else pidfd
 
     def poll(self) -> int | None:
         return self._settle(0.0)
@@ -149,9 +165,17 @@ class ForkedProcess:
             return None
         os.close(self._pidfd)
         self._pidfd = None
-        status = self._launcher.reap(self.pid)
+        status = self._launcher.reap(self.local)
         self.returncode = status if status is not None else -int(signal.SIGKILL)
         return self.returncode
+
+
+def _pid_of(pidfd: int) -> int:
+    """The pid a pidfd refers to, in this process's PID namespace (the `Pid:` line of its fdinfo)."""
+    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
+        if line.startswith("Pid:"):
+            return int(line.split()[1])
+    raise LaunchFailed("the forked launcher sent a pidfd this kernel cannot read")
 
 
 _LAUNCHERS: dict[tuple[int, tuple[str, str, tuple[str, ...]]], Launcher] = {}

@@ -6,7 +6,7 @@ interpreter's start-up and imports. Standard library only: it never imports aft_
 
 Over the Unix socket at `fd` (SOCK_SEQPACKET, one JSON message each way per request):
 - `{"op": "spawn", "argv": [...], "cwd": ..., "env": {...}}` with three file descriptors (the child's stdin,
-  stdout, stderr) answers `{"pid": N}`: the child has its own process group, gets SIGKILL if this process dies,
+  stdout, stderr) answers `{"pid": N}` (this process's view of it) with a pidfd for it: the child has its own process group, gets SIGKILL if this process dies,
   and runs `entry` with `sys.argv = argv` in `cwd` with exactly `env`.
 - `{"op": "reap", "pid": N}` (after the child exited, or was killed) answers `{"status": S}`, its exit status as
   `subprocess` gives it (negative: killed by that signal). Until then the exited child keeps its pid, so a
@@ -93,6 +93,20 @@ def _status(raw: int) -> int:
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
 
+def _answer_spawn(sock: socket.socket, pid: int) -> None:
+    """The child's pid as this process sees it, with a pidfd for it: in a PID namespace of its own (where the
+    launcher runs contained) that pid means nothing to the runner, the pidfd does."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        sock.send(json.dumps({"pid": pid}).encode())
+        return
+    try:
+        socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])
+    finally:
+        os.close(pidfd)
+
+
 def serve(spec: dict[str, Any]) -> None:
     sock = socket.socket(fileno=int(spec["fd"]))
     try:
@@ -120,7 +134,7 @@ def serve(spec: dict[str, Any]) -> None:
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
-                sock.send(json.dumps({"pid": pid}).encode())
+                _answer_spawn(sock, pid)
             elif request.get("op") == "reap":
                 pid = int(request["pid"])
                 status = _status(os.waitpid(pid, 0)[1]) if pid in children else None
