@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -520,11 +521,20 @@ def _descendants(pid: int) -> set[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to see processes")
 def test_worker_processes_die_with_a_killed_runner(tmp_path: Path) -> None:
+    temp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))  # short enough for the forkserver's socket path
+    try:
+        _worker_processes_die(tmp_path, temp)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _worker_processes_die(tmp_path: Path, temp: Path) -> None:
     import subprocess
 
     runner = subprocess.Popen([EXE, "run", str(ROOT / "configs" / "paper_deterministic.toml"), "--out",
                                str(tmp_path / "o"), "--workers", "2", "--worlds", str(WORLDS)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "TMPDIR": str(temp)})
     try:
         family: set[int] = set()
         for _ in range(300):  # the forkserver, its two workers, the resource tracker
@@ -544,6 +554,13 @@ def test_worker_processes_die_with_a_killed_runner(tmp_path: Path) -> None:
     for p in alive:
         os.kill(p, signal.SIGKILL)
     assert alive == set()
+    # multiprocessing's own folder (pymp-*, the forkserver's socket) is in the runner's scratch folder, not loose
+    # in the temp folder, and the next command that makes a scratch folder removes it (its process is gone)
+    assert [p.name for p in temp.iterdir()] == ["aft-bench-scratch"]
+    assert [p.name for p in (temp / "aft-bench-scratch").glob(f"{runner.pid}-*/pymp-*")]
+    subprocess.run([sys.executable, "-c", "from aft_bench.common.scratch import scratch_dir; scratch_dir()"],
+                   env={**os.environ, "TMPDIR": str(temp)}, check=True)
+    assert list((temp / "aft-bench-scratch").iterdir()) == []
 
 
 def _state(pid: int) -> str:

@@ -5,6 +5,7 @@ dead one left in the temp folder's aft-bench-scratch (its process is gone). Real
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,3 +94,30 @@ def test_after_a_sigkill_the_next_command_removes_what_the_dead_one_left(tmp_pat
     assert not any(p.exists() for p in left)
     assert not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == []
     assert tempfile.gettempdir() != str(scratch)  # the test's own temp folder untouched
+
+
+HOLD = """
+import sys
+from multiprocessing import util
+from aft_bench.common.scratch import hold_multiprocessing_temp, scratch_dir
+hold_multiprocessing_temp()
+print(util.get_temp_dir(), scratch_dir(), sep="\\n")
+"""
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["short", "too long for a socket"])
+def test_multiprocessing_s_folder_lies_in_the_scratch_folder_where_its_socket_fits(long: bool, tmp_path: Path) -> None:
+    """run's forkserver binds a Unix socket in multiprocessing's folder: inside the scratch folder (swept after a
+    SIGKILL) where the path fits in a socket address, multiprocessing's own place where it would not; both removed
+    at exit."""
+    temp = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp")) if not long else tmp_path / ("x" * 60)
+    temp.mkdir(exist_ok=True)
+    try:
+        out = subprocess.run([sys.executable, "-c", HOLD], env={**os.environ, "TMPDIR": str(temp)},
+                             capture_output=True, text=True, check=True)
+        made, mine = (Path(x) for x in out.stdout.split())
+        assert (made.parent == mine) is not long and made.name.startswith("pymp-") and temp in made.parents
+        assert not made.exists() and not mine.exists() and out.stderr == ""
+    finally:
+        if not long:
+            shutil.rmtree(temp, ignore_errors=True)

@@ -45,7 +45,39 @@ def scratch_dir() -> Path:
     return mine
 
 
+def hold_multiprocessing_temp() -> None:
+    """multiprocessing's own temp folder (`pymp-*`, the forkserver's socket; made once per process, then cached)
+    made inside this process's scratch folder, where the next command sweeps it if a SIGKILL left it, instead of
+    loose in the temp folder."""
+    from multiprocessing import util
+
+    mine = scratch_dir()
+    if len(os.fsencode(mine)) + len(SOCKET_TAIL) > SOCKET_PATH_MAX:
+        return  # the forkserver's socket path would not fit: multiprocessing's default place, loose but working
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(mine)
+    try:
+        made = Path(util.get_temp_dir())
+    finally:
+        tempfile.tempdir = saved
+    if made.parent == mine:
+        _MP[:] = [made]
+
+
+SOCKET_PATH_MAX = 107  # the longest path a Unix socket can bind (sun_path holds 108 bytes with its NUL)
+SOCKET_TAIL = "/pymp-XXXXXXXX/listener-XXXXXXXX"  # what multiprocessing adds to the folder for its socket
+_MP: list[Path] = []  # multiprocessing's temp folder, when it lies in ours
+
+
 def _remove() -> None:
     for d in _MINE:
-        if d.name.startswith(f"{os.getpid()}-"):  # never a folder a forked child inherited the name of
+        if not d.name.startswith(f"{os.getpid()}-"):  # never a folder a forked child inherited the name of
+            continue
+        if _MP and _MP[0].parent == d and _MP[0].exists():
+            # multiprocessing removes its folder in its own exit handler, which runs after this one (it was
+            # registered first): remove ours after it, as its last finalizer, or its removal would fail
+            from multiprocessing import util
+
+            util.Finalize(None, shutil.rmtree, args=(d,), kwargs={"ignore_errors": True}, exitpriority=-200)
+        else:
             shutil.rmtree(d, ignore_errors=True)

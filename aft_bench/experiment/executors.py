@@ -20,6 +20,7 @@ from aft_bench.agents import endpoints
 from aft_bench.agents.registry import AgentSpec
 from aft_bench.common import heap
 from aft_bench.common.lifetime import die_with_parent
+from aft_bench.common.scratch import hold_multiprocessing_temp
 from aft_bench.common.secrets import redact
 from aft_bench.experiment.build import run_cell, run_cell_async
 from aft_bench.experiment.config import Cell, Matrix, load_matrix
@@ -196,6 +197,7 @@ def _run_chunk(chunk: list[int]) -> list[Outcome]:
 
 def context() -> Any:
     """The start method for worker processes: forkserver where the platform has it, else spawn."""
+    hold_multiprocessing_temp()
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
