@@ -45,29 +45,11 @@ def test_analyze_writes_every_table(smoke_dir: Path, capsys) -> None:
     primary = pd.read_csv(a / "primary.csv")
     assert list(primary.columns) == PRIMARY_COLUMNS
     assert list(primary["comparison"]) == PRIMARY_ORDER
-    assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification",
-                                                                       "discovery_correctness", "discovery_wrong_tool",
-                                                                       "replay_duplicates", "router_safety",
-                                                                       "router_context", "router_recall",
-                                                                       "program_latency", "program_traffic",
-                                                                       "program_latency_written",
-                                                                       "program_traffic_written",
-                                       "program_loss_duplicates", "unsafe_commits_declared",
-                                                                       "gateway_key_claims", "gateway_key_duplicates",
-                                                                       "gateway_verify_claims",
-                                                                       "gateway_status_duplicates",
-                                                                       "gateway_key_duplicates_fs",
-                                                                       "gateway_verify_claims_fs",
-                                                                       "gateway_status_duplicates_fs",
-                                                                       "gateway_key_claims_memory",
-                                                                       "gateway_verify_terminal_git",
-                                                                       "gateway_status_recovery_git",
-                                                                       "gateway_status_claims",
-                                                                       "gateway_status_claims_fs",
-                                                                       "gateway_status_terminal_git",
-                                                                       "gateway_discovery_context",
-                                                                       "gateway_discovery_recall",
-                                                                       "gateway_status_claims_git", "gateway_status_claims_memory"]
+    # only the config's comparisons, in its families: the paper's seven under Holm, its secondary one unadjusted
+    assert pd.read_csv(a / "secondary.csv")["comparison"].tolist() == ["partial_verification"]
+    table = pd.read_csv(a / "comparisons.csv")
+    assert table["comparison"].tolist() == [*PRIMARY_ORDER, "partial_verification"]
+    assert table["family"].tolist() == ["primary"] * 7 + ["secondary"] and table["adjust"].tolist()[-1] == "none"
     meta = json.loads((a / "meta.json").read_text())
     assert (meta["seed"], meta["resamples"], meta["permutations"]) == (0, 2000, 10_000)
 
@@ -202,4 +184,9 @@ def test_report_without_analysis_is_bad_input(smoke_dir: Path, tmp_path: Path, c
 
 
 def test_comparisons_are_in_the_papers_order() -> None:
-    assert [c.id for c in load_comparisons() if c.family == "primary"] == PRIMARY_ORDER
+    from aft_bench.experiment.config import load_matrix
+
+    fams = load_matrix(ROOT / "configs" / "paper_deterministic.toml", WORLDS).families
+    assert [(f.name, f.adjust) for f in fams] == [("primary", "holm"), ("secondary", "none")]
+    assert list(fams[0].comparisons) == PRIMARY_ORDER and list(fams[1].comparisons) == ["partial_verification"]
+    assert [c.id for c in load_comparisons()][:8] == [*PRIMARY_ORDER, "partial_verification"]

@@ -21,7 +21,8 @@ from aft_bench.analysis.stats import clopper_pearson_upper
 from aft_bench.analysis.trials import pass_at, pass_hat, trials_table
 from aft_bench.common.errors import InputError
 from aft_bench.episode.row import SCHEMA, write_parquet
-from aft_bench.experiment.comparisons import Comparison
+from aft_bench.analysis.plan import Plan
+from aft_bench.experiment.comparisons import Comparison, Family
 
 DEFAULTS = {"str": "x", "int": 0, "float": 0.0, "bool": False, "json": "{}"}
 
@@ -39,10 +40,23 @@ def row(**kw: Any) -> dict[str, Any]:
     return out
 
 
+FAMILY: dict[str, str] = {}  # each comparison's family here: "primary" (Holm) or "secondary" (unadjusted)
+
+
 def comp(cid: str, endpoint: str, workload: str, control: str, direction: str = "lower", test: str = "two_sided",
          family: str = "primary", **kw: Any) -> Comparison:
+    FAMILY[cid] = family
     return Comparison(id=cid, treatment="I5", control=control, workload=workload, endpoint=endpoint,
-                      direction=direction, test=test, family=family, **kw)  # type: ignore[arg-type]
+                      direction=direction, test=test, **kw)  # type: ignore[arg-type]
+
+
+def plan(comps: tuple[Comparison, ...]) -> Plan:
+    """The comparisons as an experiment's plan: the primary ones one Holm family, the secondary ones unadjusted."""
+    prim = tuple(c.id for c in comps if FAMILY.get(c.id, "primary") == "primary")
+    sec = tuple(c.id for c in comps if FAMILY.get(c.id) == "secondary")
+    return Plan(comps, tuple(f for f in (Family(name="primary", comparisons=prim) if prim else None,
+                                         Family(name="secondary", comparisons=sec, adjust="none") if sec else None)
+                             if f is not None))
 
 
 DUP = comp("dup", "duplicate_effects", "response_loss", "I5-effects")
@@ -85,7 +99,7 @@ def write(directory: Path, rows: list[dict[str, Any]]) -> Path:
 def analyzed(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     # per test, not per module: mutation testing selects the tests that call `analyze` themselves
     out = write(tmp_path / "out", results())
-    return out, an.analyze(out, OPTS, COMPS)
+    return out, an.analyze(out, OPTS, plan(COMPS))
 
 
 def by(rows: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
@@ -265,7 +279,10 @@ def test_primary_estimates_exact_p_holm_and_criterion(analyzed) -> None:
     assert gone["utility_diff"] is None and gone["clusters"] == 0
     assert dup["test"] == "two_sided" and rec["margin"] == 0.1 and rec["endpoint"] == "recovered"
     assert dup["direction"] == "lower" and dup["pseudo_replicated"] is False
-    assert tables["meta"]["holm_family"] == {"size": 3, "missing": ["gone"], "complete": False}
+    assert tables["meta"]["families"][0] == {"name": "primary", "adjust": "holm", "comparisons": ["dup", "rec", "gone"],
+                                             "size": 3, "missing": ["gone"], "complete": False}
+    assert gone["not_computed"] == "no runs of its treatment arm (I5 on workload state_loss)"
+    assert dup["not_computed"] is None and dup["family"] == "primary" and dup["adjust"] == "holm"
 
 
 def test_secondary_is_unadjusted_and_pseudo_replication_is_named(analyzed) -> None:
@@ -423,11 +440,12 @@ def test_a_joint_criterion_is_met_only_with_its_partner() -> None:
 
 def test_joint_criteria_in_a_whole_analysis(tmp_path: Path) -> None:
     dup = comp("dup", "duplicate_effects", "response_loss", "I5-effects", jointly_with="rec")
-    tables = an.analyze(write(tmp_path / "o", results()), OPTS, (dup, REC, SEC))
+    tables = an.analyze(write(tmp_path / "o", results()), OPTS, plan((dup, REC, SEC)))
     d = by(tables["primary"], comparison="dup")
     # Holm over two: dup 2 x 2/64 < 0.05, met alone; rec met too
     assert d["criterion_alone"] is True and d["criterion_met"] is True and d["joint_note"] == "jointly with rec (met)"
-    assert tables["meta"]["holm_family"] == {"size": 2, "missing": [], "complete": True}
+    assert tables["meta"]["families"][0] == {"name": "primary", "adjust": "holm", "comparisons": ["dup", "rec"],
+                                             "size": 2, "missing": [], "complete": True}
 
 
 def test_discovery_by_size_reports_what_a_saving_cost() -> None:
@@ -462,8 +480,11 @@ def test_written_files_equal_the_returned_tables(analyzed) -> None:
     out, tables = analyzed
     a = out / "analysis"
     assert sorted(p.name for p in a.iterdir()) == sorted(
-        [f"{n}.{e}" for n in ("primary", "secondary", "per_model", "lomo", "discovery", "trials", "cost") for e in
-         ("csv", "json")] + ["meta.json", "pairs.parquet"])
+        [f"{n}.{e}" for n in ("comparisons", "primary", "secondary", "per_model", "lomo", "discovery", "trials",
+                              "cost") for e in ("csv", "json")] + ["meta.json", "pairs.parquet"])
+    table = pd.read_csv(a / "comparisons.csv")
+    assert list(table.columns) == an.COMPARISON_COLUMNS and list(table["comparison"]) == ["dup", "rec", "gone", "sec"]
+    assert list(table["family"]) == ["primary"] * 3 + ["secondary"] and list(table["adjust"]) == ["holm"] * 3 + ["none"]
     primary = pd.read_csv(a / "primary.csv")
     assert list(primary.columns) == an.PRIMARY_COLUMNS and list(primary["comparison"]) == ["dup", "rec", "gone"]
     assert (a / "primary.csv").read_text().splitlines()[2].startswith("rec,6,1,1,1,0.015625,0.046875,True")
@@ -552,24 +573,34 @@ def test_missing_columns_after_the_table_check(tmp_path: Path, monkeypatch) -> N
 
 def test_table3_as_printed(analyzed) -> None:
     _, tables = analyzed
-    text = an.format_table3(tables["primary"], tables["meta"])
+    text = an.format_table3(tables["comparisons"], tables["meta"])
     assert text.splitlines() == [
+        "primary: Holm across its 3 comparisons",
         "comparison               pairs clusters   utility diff       95% task-clustered CI     p raw    p Holm  met",
         "-" * 107,
         "dup                         12        6         1.5000            [1.5000, 1.5000]    0.0312    0.0625  no",
         "rec                          6        6         1.0000            [1.0000, 1.0000]    0.0156    0.0469  yes",
-        "gone                         0        0        missing",
+        "gone                         0        0   not computed",
+        "",
+        "secondary: unadjusted p (outside any Holm family)",
+        "comparison               pairs clusters   utility diff       95% task-clustered CI     p raw  met",
+        "-" * 97,
+        "sec                         10        5         1.0000            [1.0000, 1.0000]    0.0625  no",
         "p values: sign flips of whole task clusters",
-        "Holm family incomplete: no runs for gone (counted as p = 1)",
+        "not computed: gone: no runs of its treatment arm (I5 on workload state_loss)",
+        "Holm family primary incomplete: no pairs for gone (counted as p = 1)",
         "replicates identical within every cluster (the clusters are the sample): sec",
     ]
-    meta = {**tables["meta"], "flip_unit": "pair", "holm_family": {"complete": True, "missing": []},
-            "pseudo_replicated": ["dup", "rec"]}
-    tail = an.format_table3(tables["primary"][:1], meta).splitlines()[3:]
-    assert tail == ["p values: sign flips of single pairs (the paper's method; treats replicates as independent)",
+    one = {**tables["meta"]["families"][0], "comparisons": ["dup"], "size": 1, "missing": [], "complete": True}
+    meta = {**tables["meta"], "flip_unit": "pair", "families": [one], "pseudo_replicated": ["dup", "rec"]}
+    tail = an.format_table3(tables["primary"][:1], meta).splitlines()
+    assert tail == ["primary: one comparison: its Holm p is its raw p", *text.splitlines()[1:4],
+                    "p values: sign flips of single pairs (the paper's method; treats replicates as independent)",
                     "replicates identical within every cluster (the clusters are the sample): dup, rec"]
-    assert len(an.format_table3(tables["primary"]).splitlines()) == 5
+    assert len(an.format_table3(tables["primary"]).splitlines()) == 5  # no meta: one table, no title or notes
     assert "replicates identical" not in an.format_table3(tables["primary"], {**meta, "pseudo_replicated": []})
+    long = [dict(tables["primary"][0], comparison="a_comparison_named_at_length_x")]
+    assert an.format_table3(long).splitlines()[2].startswith("a_comparison_named_at_length_x  ")
 
 
 def test_the_cost_table_is_part_of_the_analysis(analyzed) -> None:
@@ -590,29 +621,31 @@ def test_analyze_excludes_stale_rows_unless_asked(tmp_path: Path) -> None:
     out = write(tmp_path / "o", rows)
     (out / "manifest.json").write_text(json.dumps({"config_path": str(tmp_path / "c.toml")}))
     (tmp_path / "c.lock.json").write_text(json.dumps({"lock_hash": "new"}))
-    assert by(an.analyze(out, OPTS, COMPS)["primary"], comparison="dup")["pairs"] == 10
-    assert by(an.analyze(out, OPTS, COMPS, include_stale=True)["primary"], comparison="dup")["pairs"] == 12
+    assert by(an.analyze(out, OPTS, plan(COMPS))["primary"], comparison="dup")["pairs"] == 10
+    assert by(an.analyze(out, OPTS, plan(COMPS), include_stale=True)["primary"], comparison="dup")["pairs"] == 12
 
 
 @pytest.mark.parametrize("kept", ["I5", "I5-effects"])
 def test_a_comparison_with_one_arm_never_run_has_no_pairs(tmp_path: Path, kept: str) -> None:
     rows = [r for r in results() if r["workload"] != "response_loss" or r["condition"] == kept]
-    tables = an.analyze(write(tmp_path / "o", rows), OPTS, COMPS)
+    tables = an.analyze(write(tmp_path / "o", rows), OPTS, plan(COMPS))
     dup = by(tables["primary"], comparison="dup")
     assert (dup["pairs"], dup["p_raw"], dup["criterion_met"]) == (0, None, None)
     assert not [r for r in tables["per_model"] if r["comparison"] == "dup"]
-    assert tables["meta"]["holm_family"]["missing"] == ["dup", "gone"]
+    assert tables["meta"]["families"][0]["missing"] == ["dup", "gone"]
+    assert dup["not_computed"] == f"no runs of its {'control' if kept == 'I5' else 'treatment'} arm " \
+        f"({'I5-effects' if kept == 'I5' else 'I5'} on workload response_loss)"
 
 
 def test_a_single_model_has_no_leave_one_out_and_per_model_rows_are_that_model(tmp_path: Path) -> None:
     rows = [r for r in results() if r["model"] == "m1"]
-    tables = an.analyze(write(tmp_path / "o", rows), OPTS, COMPS)
+    tables = an.analyze(write(tmp_path / "o", rows), OPTS, plan(COMPS))
     assert tables["lomo"] == []
     pm = by(tables["per_model"], comparison="dup")
     assert (pm["model"], pm["pairs"], pm["utility_diff"], pm["interaction"]) == ("m1", 6, 1.0, 0.0)
     three = results() + [dict(r, model="m3", run_id=r["run_id"] + "3") for r in results()
                          if r["workload"] == "response_loss" and r["model"] == "m1"]
-    tables = an.analyze(write(tmp_path / "o3", three), OPTS, COMPS)
+    tables = an.analyze(write(tmp_path / "o3", three), OPTS, plan(COMPS))
     assert [(r["left_out"], r["pairs"]) for r in tables["lomo"]] == [("m1", 12), ("m2", 12), ("m3", 12)]
     assert by(tables["lomo"], left_out="m2")["utility_diff"] == 1.0
 
@@ -621,7 +654,7 @@ def test_secondary_criterion_uses_the_raw_p(tmp_path: Path) -> None:
     sec = comp("sec", "incorrect_claim", "terminal_reports", "I5-verification", family="secondary")
     rows = results() + [dict(r, task_id=r["task_id"] + "b", run_id=r["run_id"] + "b") for r in results()
                         if r["workload"] == "terminal_reports"]
-    tables = an.analyze(write(tmp_path / "o", rows), OPTS, (DUP, sec))
+    tables = an.analyze(write(tmp_path / "o", rows), OPTS, plan((DUP, sec)))
     (s,) = tables["secondary"]
     assert s["p_raw"] == pytest.approx(2 / 1024) and s["p_adjusted"] is None and s["criterion_met"] is True
     assert "p_adjusted" in s
@@ -652,18 +685,21 @@ def test_the_written_csv_and_json(tmp_path: Path) -> None:
 
 
 def test_table3_lists_every_missing_comparison() -> None:
-    missing = {"comparison": "m1", "pairs": 0}
+    missing = {"comparison": "m1", "pairs": 0, "not_computed": "no runs of its control arm (C on workload w)"}
     present = {"comparison": "x", "pairs": 2, "clusters": 2, "utility_diff": -0.25, "ci_low": -1.0, "ci_high": 0.5,
                "p_raw": 0.5, "p_adjusted": 1.0, "criterion_met": None}
-    meta = {"flip_unit": "cluster", "holm_family": {"complete": False, "missing": ["m1", "m2"]},
-            "pseudo_replicated": []}
-    lines = an.format_table3([missing, dict(missing, comparison="m2"), present], meta).splitlines()
-    assert lines[2:] == [
-        "m1                           0        0        missing",
-        "m2                           0        0        missing",
+    fam = {"name": "f", "adjust": "holm", "comparisons": ["m1", "m2", "x"], "size": 3, "complete": False,
+           "missing": ["m1", "m2"]}
+    meta = {"flip_unit": "cluster", "families": [fam], "pseudo_replicated": []}
+    lines = an.format_table3([missing, dict(missing, comparison="m2", not_computed=None), present], meta).splitlines()
+    assert lines[0] == "f: Holm across its 3 comparisons" and lines[3:] == [
+        "m1                           0        0   not computed",
+        "m2                           0        0   not computed",
         "x                            2        2        -0.2500           [-1.0000, 0.5000]    0.5000    1.0000  no",
         "p values: sign flips of whole task clusters",
-        "Holm family incomplete: no runs for m1, m2 (counted as p = 1)"]
+        "not computed: m1: no runs of its control arm (C on workload w)",
+        "not computed: m2: no matched pairs",
+        "Holm family f incomplete: no pairs for m1, m2 (counted as p = 1)"]
 
 
 def test_empty_pairs_have_every_pair_column() -> None:
@@ -751,7 +787,7 @@ def test_per_model_and_leave_one_out_estimates_have_their_own_seeds(tmp_path: Pa
             r["duplicate_effects"] = int(r["task_id"][1:]) % 3 + (r["model"] == "m2")
     out = write(tmp_path / "o", rows)
     opts = an.Options(resamples=200, permutations=20)
-    tables = an.analyze(out, opts, COMPS)
+    tables = an.analyze(out, opts, plan(COMPS))
     pairs = match_pairs(pd.read_parquet(out / "results.parquet"), DUP)
     for m in ("m1", "m2"):
         own = an.estimate(pairs[pairs["model"] == m], DUP, opts, f"model={m}")
@@ -773,7 +809,7 @@ def test_the_discovery_table_is_part_of_the_analysis(tmp_path: Path) -> None:
     rows = [row(workload="discovery", task_id=f"t{i}", condition=c, catalog_size=size, context_tokens=tokens)
             for i in range(3) for size in (5, 50) for c, tokens in (("I5", 10 * size), ("I5-discovery", 30 * size))]
     out = write(tmp_path / "o", rows)
-    tables = an.analyze(out, OPTS, (disc,))
+    tables = an.analyze(out, OPTS, plan((disc,)))
     assert tables["discovery"] == an.discovery_by_size(pd.read_parquet(out / "results.parquet"), (disc,))
     assert [(r["catalog_size"], r["condition"], r["context_tokens"]) for r in tables["discovery"]] == [
         (5, "I5", 50.0), (5, "I5-discovery", 150.0), (50, "I5", 500.0), (50, "I5-discovery", 1500.0)]

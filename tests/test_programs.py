@@ -358,7 +358,7 @@ def test_an_agent_contrast_names_both_arms_and_they_differ(arms: dict, problem: 
 
     with pytest.raises(ValidationError, match=problem):
         Comparison(id="x", treatment="I0", control="I0", workload="w", endpoint="y_goal", direction="higher",
-                   test="two_sided", family="secondary", **arms)
+                   test="two_sided", **arms)
 
 
 def test_a_lost_write_response_defeats_replay_and_only_a_key_prevents_the_duplicate(tmp_path) -> None:

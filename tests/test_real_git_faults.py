@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = (ROOT / "configs" / "real_git_faults.toml").read_text().replace("seeds = [0]",
@@ -48,3 +49,27 @@ def test_every_gateway_fault_has_its_labels_on_the_real_git_server(tmp_path: Pat
                                                 else r[c]) for c in cols)
         got.setdefault(r["fault"], {}).setdefault(r["condition"], set()).add(row)
     assert got == {f: {c: {v} for c, v in by.items()} for f, by in EXPECTED.items()}
+    _its_three_comparisons_are_the_answer(tmp_path / "o")
+
+
+def _its_three_comparisons_are_the_answer(out: Path) -> None:
+    """analyze prints exactly the config's three comparisons, Holm across the three (issue 50); the report shows
+    them alone, with no empty row and no column of the paper's values."""
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "analyze", str(out)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    three = ["gateway_verify_terminal_git", "gateway_status_recovery_git", "gateway_status_terminal_git"]
+    assert lines[0] == "primary: Holm across its 3 comparisons" and [x.split()[0] for x in lines[3:6]] == three
+    assert lines[6].startswith("p values:") and "missing" not in done.stdout and "not computed" not in done.stdout
+    table = pd.read_csv(out / "analysis" / "comparisons.csv")
+    assert table["comparison"].tolist() == three and (table["pairs"] > 0).all()
+    ps = sorted(table["p_raw"])
+    holm = [min(1.0, max((3 - i) * p for i, p in enumerate(ps[:k + 1]))) for k in range(3)]
+    assert sorted(table["p_adjusted"]) == pytest.approx(holm)
+    assert subprocess.run([sys.executable, "-m", "aft_bench.cli", "report", str(out)], capture_output=True,
+                          cwd=ROOT, timeout=600).returncode == 0
+    md = (out / "report" / "report.md").read_text()
+    section = md.split("## Comparisons: primary", 1)[1].split("\n## ", 1)[0]
+    rows = [x for x in section.splitlines() if x.startswith("| gateway_")]
+    assert [r.split("|")[1].strip() for r in rows] == three and "paper (reference)" not in section

@@ -1,8 +1,11 @@
-"""`aft-bench analyze DIR`: matched pairs and the paper's statistics from a results table.
+"""`aft-bench analyze DIR`: matched pairs and the paper's statistics from a results table, for the comparisons
+the experiment named, in the families its config declared (analysis/plan.py).
 
 Writes `DIR/analysis/` atomically (a temp directory swapped in only when everything succeeded):
-primary.csv/.json (Table 3), secondary.csv/.json, per_model.csv/.json, lomo.csv/.json, pairs.parquet and
-meta.json (seeds, resample counts, input hash). Bad input raises InputError and writes nothing.
+comparisons.csv/.json (every comparison of the experiment, its family and adjustment), primary.csv/.json (the rows
+of Holm-adjusted families: Table 3), secondary.csv/.json (the rows reported with their unadjusted p),
+per_model.csv/.json, lomo.csv/.json, pairs.parquet and meta.json (seeds, resample counts, input hash, the
+families). Bad input raises InputError and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pandas as pd
 
 from aft_bench.analysis.cost import COST_COLUMNS, cost_table
 from aft_bench.analysis.pairs import PAIR_KEYS, arm_rows, match_pairs
+from aft_bench.analysis.plan import Plan, plan_of
 from aft_bench.analysis.stats import (
     benjamini_hochberg,
     clopper_pearson_upper,
@@ -32,9 +36,11 @@ from aft_bench.analysis.trials import trials_table
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json, write_folder
 from aft_bench.common.secrets import redacted_dumps
-from aft_bench.experiment.comparisons import Comparison, load_comparisons
+from aft_bench.experiment.comparisons import DEFAULT_FAMILY, Comparison, Family
 
 PRIMARY_COLUMNS = ["comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_adjusted", "criterion_met"]
+COMPARISON_COLUMNS = ["family", "adjust", "comparison", "endpoint", "pairs", "clusters", "utility_diff", "ci_low",
+                      "ci_high", "p_raw", "p_adjusted", "criterion_met", "not_computed"]
 ALPHA = 0.05
 COUNT_ENDPOINTS = {"duplicate_effects", "unsafe_commits", "incorrect_claim"}
 
@@ -189,22 +195,50 @@ def _none(x: Any) -> Any:
     return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Comparison, ...] | None = None,
+def plan_for(directory: Path) -> Plan:
+    """The plan the results in `directory` record (their manifest's comparisons and families)."""
+    path = directory / "manifest.json"
+    manifest = read_json(path, "aft-bench manifest") if path.exists() else {}
+    if not isinstance(manifest, dict):
+        raise InputError(path, "<root>", type(manifest).__name__, "not an aft-bench manifest")
+    if manifest.get("comparisons"):
+        return plan_of(manifest)
+    return plan_of(manifest, read_results(directory))
+
+
+def _not_computed(df: pd.DataFrame, comp: Comparison) -> str | None:
+    """Why a comparison has no pairs, in one phrase (None when it has arms to pair)."""
+    for arm, cond in (("treatment", comp.treatment), ("control", comp.control)):
+        if not len(arm_rows(df, comp, arm)):
+            who = f" with agent {comp.treatment_agent if arm == 'treatment' else comp.control_agent}" \
+                if comp.agent_contrast else ""
+            return f"no runs of its {arm} arm ({cond}{who} on workload {comp.workload})"
+    return None
+
+
+def analyze(directory: Path, opts: Options = Options(), plan: Plan | tuple[Comparison, ...] | None = None,
             include_stale: bool = False) -> dict:
-    """Compute every table; returns them as plain data (also written to DIR/analysis/)."""
-    comps = comparisons or load_comparisons()
+    """Compute every table for the experiment's plan (its recorded comparisons and families unless given; a
+    tuple of comparisons is one Holm family); returns them as plain data (also written to DIR/analysis/)."""
+    if plan is None:
+        plan = plan_for(directory)
+    elif not isinstance(plan, Plan):
+        plan = Plan(plan, (Family(name=DEFAULT_FAMILY, comparisons=tuple(c.id for c in plan)),) if plan else ())
+    comps = plan.comparisons
     df = load_results(directory, comps, include_stale)
     all_pairs = []
-    primary, secondary, per_model, lomo = [], [], [], []
+    by_id: dict[str, dict[str, Any]] = {}
+    per_model, lomo = [], []
     for comp in comps:
-        ran = all(len(arm_rows(df, comp, arm)) for arm in ("treatment", "control"))
+        why = _not_computed(df, comp)
         # a comparison whose arm was never run has no pairs (reported as not run); a partial arm is an error
-        pairs = match_pairs(df, comp) if ran else _empty_pairs()
+        pairs = match_pairs(df, comp) if why is None else _empty_pairs()
         all_pairs.append(pairs)
         row = {"comparison": comp.id, **estimate(pairs, comp, opts), "test": comp.test, "margin": comp.margin,
                "endpoint": comp.endpoint, "direction": comp.direction, **_events(df, comp)}
         row.update(manipulation(df, comp, row, opts))
-        (primary if comp.family == "primary" else secondary).append(row)
+        row["not_computed"] = why if why is not None or row["pairs"] else "no matched pairs"
+        by_id[comp.id] = row
         models = sorted(pairs["model"].unique()) if len(pairs) else []
         for model in models:
             sub = pairs[pairs["model"] == model]
@@ -215,17 +249,28 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
             for left in models:
                 sub = pairs[pairs["model"] != left]
                 lomo.append({"left_out": left, "comparison": comp.id, **estimate(sub, comp, opts, f"lomo={left}")})
-    # The Holm family is the configured primary set: a comparison without runs keeps its place (as p = 1),
-    # so a missing one can never make the others look stronger; the analysis says the family is incomplete.
-    missing = [r["comparison"] for r in primary if r["p_raw"] is None]
-    adj = holm(np.array([1.0 if r["p_raw"] is None else r["p_raw"] for r in primary]))
-    for r, p in zip(primary, adj):
-        r["p_adjusted"] = None if r["p_raw"] is None else float(p)
-        r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_adjusted")
-    for r in secondary:
-        r["p_adjusted"] = None  # outside the Holm family: reported unadjusted
-        r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_raw")
+    # Each Holm family is the configured set: a comparison without runs keeps its place (as p = 1), so a missing
+    # one can never make the others look stronger; the analysis says the family is incomplete.
+    primary, secondary, families = [], [], []
+    for fam in plan.families:
+        rows = [dict(by_id[cid], family=fam.name, adjust=fam.adjust) for cid in fam.comparisons]
+        missing = [r["comparison"] for r in rows if r["p_raw"] is None]
+        if fam.adjust == "holm":
+            adj = holm(np.array([1.0 if r["p_raw"] is None else r["p_raw"] for r in rows]))
+            for r, p in zip(rows, adj):
+                r["p_adjusted"] = None if r["p_raw"] is None else float(p)
+                r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_adjusted")
+            primary += rows
+        else:
+            for r in rows:
+                r["p_adjusted"] = None  # outside any Holm family: reported unadjusted
+                r["criterion_met"] = _criterion(r, _by_id(comps, r["comparison"]), "p_raw")
+            secondary += rows
+        families.append({"name": fam.name, "adjust": fam.adjust, "comparisons": list(fam.comparisons),
+                         "size": len(rows), "missing": missing, "complete": not missing})
     _joint(primary + secondary, comps)
+    ordered = {r["comparison"]: r for r in primary + secondary}
+    table = [ordered[cid] for fam in plan.families for cid in fam.comparisons]
     bh = benjamini_hochberg(np.array([np.nan if r["p_raw"] is None else r["p_raw"] for r in per_model]))
     pooled = {r["comparison"]: r["utility_diff"] for r in primary + secondary}
     for r, p in zip(per_model, bh):
@@ -236,9 +281,9 @@ def analyze(directory: Path, opts: Options = Options(), comparisons: tuple[Compa
     meta = {**asdict(opts), "alpha": ALPHA, "input": str(directory / "results.parquet"),
             "input_sha256": results_sha256(directory),
             "comparisons": [c.model_dump(mode="json") for c in comps],
-            "holm_family": {"size": len(primary), "missing": missing, "complete": not missing},
+            "families": families, "plan_note": plan.note,
             "pseudo_replicated": [r["comparison"] for r in primary + secondary if r.get("pseudo_replicated")]}
-    tables = {"primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo,
+    tables = {"comparisons": table, "primary": primary, "secondary": secondary, "per_model": per_model, "lomo": lomo,
               "discovery": discovery_by_size(df, comps), "trials": trials_table(df, comps),
               "cost": cost_table(df, comps, opts.resamples, _seed(opts, "cost")), "meta": meta}
     _write(directory, tables, pairs_df)
@@ -273,6 +318,7 @@ def _empty_pairs() -> pd.DataFrame:
 
 
 CSV_COLUMNS = {
+    "comparisons": COMPARISON_COLUMNS,
     "primary": PRIMARY_COLUMNS,
     "secondary": PRIMARY_COLUMNS,
     "per_model": ["model", "comparison", "pairs", "utility_diff", "ci_low", "ci_high", "p_raw", "p_bh",
@@ -298,25 +344,54 @@ def _write(directory: Path, tables: dict[str, Any], pairs: pd.DataFrame) -> None
     write_folder(final, fill)
 
 
-def format_table3(primary: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
-    """Table 3 for the terminal, with the inference unit and any incompleteness of the Holm family."""
-    head = (f"{'comparison':<24}{'pairs':>6}{'clusters':>9}  {'utility diff':>13}  {'95% task-clustered CI':>26}  "
-            f"{'p raw':>8}  {'p Holm':>8}  met")
-    lines = [head, "-" * len(head)]
-    for r in primary:
-        if not r["pairs"]:
-            lines.append(f"{r['comparison']:<24}{0:>6}{0:>9}  {'missing':>13}")
+def family_title(fam: dict[str, Any]) -> str:
+    """How a family is named above its table: its name and its adjustment."""
+    n = fam["size"]
+    how = (f"Holm across its {n} comparisons" if n > 1 else "one comparison: its Holm p is its raw p") \
+        if fam["adjust"] == "holm" else "unadjusted p (outside any Holm family)"
+    return f"{fam['name']}: {how}"
+
+
+def format_table3(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
+    """The experiment's comparisons for the terminal, family by family (as `meta` names them), with the inference
+    unit, each comparison that could not be computed and why, and any incompleteness of a Holm family."""
+    fams = (meta or {}).get("families") or [{"name": "", "adjust": "holm", "size": len(rows), "missing": [],
+                                              "complete": True, "comparisons": [r["comparison"] for r in rows]}]
+    by = {r["comparison"]: r for r in rows}
+    width = max([24, *(len(c) + 2 for c in by)])
+    lines: list[str] = []
+    for fam in fams:
+        shown = [by[c] for c in fam["comparisons"] if c in by]
+        if not shown:
             continue
-        ci = f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
-        lines.append(f"{r['comparison']:<24}{r['pairs']:>6}{r['clusters']:>9}  {r['utility_diff']:>13.4f}  {ci:>26}  "
-                     f"{r['p_raw']:>8.4f}  {r['p_adjusted']:>8.4f}  {'yes' if r['criterion_met'] else 'no'}")
+        holm_p = fam["adjust"] == "holm"  # an unadjusted family's p is its raw p: one column
+        head = (f"{'comparison':<{width}}{'pairs':>6}{'clusters':>9}  {'utility diff':>13}  "
+                f"{'95% task-clustered CI':>26}  {'p raw':>8}  " + (f"{'p Holm':>8}  " if holm_p else "") + "met")
+        if fam["name"]:
+            lines += ["" if lines else None, family_title(fam)]  # type: ignore[list-item]
+        lines += [head, "-" * len(head)]
+        for r in shown:
+            if not r["pairs"]:
+                lines.append(f"{r['comparison']:<{width}}{0:>6}{0:>9}  {'not computed':>13}")
+                continue
+            ci = f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+            lines.append(f"{r['comparison']:<{width}}{r['pairs']:>6}{r['clusters']:>9}  {r['utility_diff']:>13.4f}  "
+                         f"{ci:>26}  {r['p_raw']:>8.4f}  " + (f"{r['p_adjusted']:>8.4f}  " if holm_p else "")
+                         + ("yes" if r["criterion_met"] else "no"))
+    lines = [x for x in lines if x is not None]
     if meta is not None:
         unit = meta["flip_unit"]
         lines.append("p values: sign flips of whole task clusters" if unit == "cluster" else
                      "p values: sign flips of single pairs (the paper's method; treats replicates as independent)")
-        if not meta["holm_family"]["complete"]:
-            lines.append("Holm family incomplete: no runs for " + ", ".join(meta["holm_family"]["missing"])
-                         + " (counted as p = 1)")
+        for r in rows:
+            if not r["pairs"]:
+                lines.append(f"not computed: {r['comparison']}: {r.get('not_computed') or 'no matched pairs'}")
+        for fam in fams:
+            if fam["adjust"] == "holm" and not fam["complete"]:
+                lines.append(f"Holm family {fam['name']} incomplete: no pairs for " + ", ".join(fam["missing"])
+                             + " (counted as p = 1)")
+        if meta.get("plan_note"):
+            lines.append(f"comparisons: {meta['plan_note']}")
         if meta["pseudo_replicated"]:
             lines.append("replicates identical within every cluster (the clusters are the sample): "
                          + ", ".join(meta["pseudo_replicated"]))

@@ -53,6 +53,9 @@ def _load(directory: Path, stale_ok: bool) -> dict[str, Any]:
     meta, stale, results = read_analysis(directory, stale_ok)
     data: dict[str, Any] = {name: read_table(directory, name)
                             for name in ("primary", "secondary", "per_model", "lomo", "discovery", "trials")}
+    # added later: an analysis made before families has no comparisons table (its primary and secondary rows are)
+    data["comparisons"] = (read_table(directory, "comparisons") if (directory / "analysis" / "comparisons.json").exists()
+                           else data["primary"] + data["secondary"])
     # added later: an analysis made before it has no cost table (re-analyze to get one)
     data["cost"] = read_table(directory, "cost") if (directory / "analysis" / "cost.json").exists() else []
     return {**data, "meta": meta, "stale": stale, "results": results}
@@ -83,19 +86,48 @@ def _reference() -> dict[str, Any]:
 
 
 def _table3(rows: list[dict[str, Any]], ref: dict[str, Any], p_col: str = "p_adjusted") -> pd.DataFrame:
+    """A family's comparisons that were computed; the paper's value beside them only where the paper reports one
+    for some comparison of the table (its column means nothing for another experiment's comparisons)."""
     out = []
+    with_ref = any(r["comparison"] in ref for r in rows)
     for r in rows:
+        if not r["pairs"]:
+            continue  # named below the table, with why
         pr = ref.get(r["comparison"], {})
         ci = "–" if r["ci_low"] is None else f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
         ref_text = "–" if not pr else f"{pr['utility_diff']} [{pr['ci'][0]}, {pr['ci'][1]}] (n={pr['pairs']})"
-        out.append({"comparison": r["comparison"], "pairs": r["pairs"], "clusters": r.get("clusters"),
-                    "utility diff": _fmt(r["utility_diff"]),
-                    "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
-                    "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
-                    "criterion met": _fmt(r["criterion_met"]) + (f" ({r['joint_note']})" if r.get("joint_note")
-                                                                 else ""),
-                    "faults fired (T / C)": _fired(r), "paper (reference)": ref_text})
+        row = {"comparison": r["comparison"], "pairs": r["pairs"], "clusters": r.get("clusters"),
+               "utility diff": _fmt(r["utility_diff"]),
+               "95% task-clustered CI": ci, "p raw": _fmt(r["p_raw"]),
+               "p (Holm)" if p_col == "p_adjusted" else "p (unadjusted)": _fmt(r[p_col]),
+               "criterion met": _fmt(r["criterion_met"]) + (f" ({r['joint_note']})" if r.get("joint_note") else ""),
+               "faults fired (T / C)": _fired(r)}
+        if with_ref:
+            row["paper (reference)"] = ref_text
+        out.append(row)
     return pd.DataFrame(out)
+
+
+def _not_computed(rows: list[dict[str, Any]]) -> list[str]:
+    """Each comparison of a family without pairs, and why, one sentence each."""
+    return [f"Not computed: {r['comparison']}, {r.get('not_computed') or 'no matched pairs'}." for r in rows
+            if not r["pairs"]]
+
+
+def _families(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The analysis's families (an analysis made before families: its primary set under Holm, its secondary
+    unadjusted)."""
+    if meta.get("families"):
+        return list(meta["families"])
+    out = []
+    for name, adjust in (("primary", "holm"), ("secondary", "none")):
+        ids = [r["comparison"] for r in rows if (r.get("p_adjusted") is not None or adjust == "holm") == (
+            name == "primary")]
+        if ids:
+            out.append({"name": name, "adjust": adjust, "comparisons": ids, "size": len(ids),
+                        "missing": [r["comparison"] for r in rows if r["comparison"] in ids and r["p_raw"] is None],
+                        "complete": True})
+    return out
 
 
 def _fired(r: dict[str, Any]) -> str:
@@ -244,9 +276,8 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
             else "single pairs flipped independently (the paper's method; it treats replicates of a task as "
                  "independent and overstates the evidence when they repeat each other)")
     notes = []
-    if not meta["holm_family"]["complete"]:
-        notes.append(f"The Holm family is incomplete: no runs for {', '.join(meta['holm_family']['missing'])}, "
-                     f"counted as p = 1.")
+    if meta.get("plan_note"):
+        notes.append(f"Comparisons: {meta['plan_note']}.")
     if meta["pseudo_replicated"]:
         notes.append(f"Pseudo-replication: within every task cluster the replicates give the same difference for "
                      f"{', '.join(meta['pseudo_replicated'])}; the number of clusters, not of pairs, is the "
@@ -255,17 +286,27 @@ def build(directory: Path, out_dir: Path, stale_ok: bool = False) -> list[Sectio
     if data["stale"]:
         sections.append(Section("STALE ANALYSIS", "Made with --stale-ok: the analysis below was computed from "
                                 "other results than results.parquet holds now. Run `aft-bench analyze` again."))
-    sections += [Section(
-        "Primary comparisons (Table 3)",
-        f"Paired utility differences (positive favours the agent-first treatment), task-clustered "
-        f"{meta['resamples']}-resample percentile bootstrap intervals, paired sign-flip permutation tests "
-        f"({meta['permutations']} flips, seed {meta['seed']}; {unit}), Holm across the primary family; discovery "
-        f"recall is a one-sided non-inferiority test at its margin (p and the interval's lower bound). The last "
-        f"column is the paper's reported value for reference only (a different evidence layer). "
-        + " ".join(notes + _caveats(data["primary"])), _table3(data["primary"], ref))]
-    sections.append(Section("Secondary comparison", " ".join(["Outside the Holm family; unadjusted p.",
-                                                              *_caveats(data["secondary"])]),
-                            _table3(data["secondary"], ref, "p_raw")))
+    by_id = {r["comparison"]: r for r in data["comparisons"]}
+    method = (f"Paired utility differences (positive favours the treatment), task-clustered "
+              f"{meta['resamples']}-resample percentile bootstrap intervals, paired sign-flip permutation tests "
+              f"({meta['permutations']} flips, seed {meta['seed']}; {unit}); a non-inferiority comparison is "
+              f"one-sided at its margin (p and the interval's lower bound).")
+    for i, fam in enumerate(_families(meta, data["comparisons"])):
+        rows = [by_id[c] for c in fam["comparisons"] if c in by_id]
+        table = _table3(rows, ref, "p_adjusted" if fam["adjust"] == "holm" else "p_raw")
+        text = [method if i == 0 else ""]
+        text.append(f"Holm across the {fam['size']} comparisons of this family." if fam["adjust"] == "holm"
+                    else "Outside any Holm family; unadjusted p.")
+        if "paper (reference)" in table.columns:
+            text.append("The last column is the paper's reported value for reference only (a different evidence "
+                        "layer).")
+        if fam["adjust"] == "holm" and fam["missing"]:
+            text.append(f"The family is incomplete: {', '.join(fam['missing'])} counted as p = 1.")
+        text += (notes if i == 0 else []) + _caveats(rows) + _not_computed(rows)
+        paper = bool(rows) and all(r["comparison"] in ref for r in rows) and fam["adjust"] == "holm"
+        sections.append(Section(f"Comparisons: {fam['name']}" + (" (the paper's Table 3)" if paper else ""),
+                                " ".join(t for t in text if t),
+                                table if len(table) else None))
     disc = pd.DataFrame(data["discovery"])
     sections.append(Section("Discovery by catalog size",
                             "Means per catalog size and arm: context tokens beside recall, policy correctness "

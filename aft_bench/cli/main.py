@@ -226,7 +226,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     opts = Options(seed=args.seed, resamples=args.resamples, permutations=args.permutations, flip_unit=args.flip_unit)
     tables = analyze(Path(args.dir), opts, include_stale=args.include_stale_lock)
-    print(format_table3(tables["primary"], tables["meta"]))
+    print(format_table3(tables["comparisons"], tables["meta"]))
     print(f"\nanalysis: {Path(args.dir) / 'analysis'}")
     return 0
 

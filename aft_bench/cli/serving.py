@@ -168,6 +168,9 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
 
     command = _client_command(args.client_cmd, args.shell)  # before anything is created
     matrix = load_matrix(args.config, worlds, served=True)
+    if matrix.experiment.worlds:
+        raise InputError(args.config, "experiment.worlds", list(matrix.experiment.worlds),
+                         "serve-matrix serves the worlds of --worlds only; put the config's worlds there")
     flags = _agent_options(args)
     configured = [{k: v for k, v in AgentSpec.parse(c.agent_spec).params.items() if (k, v) != ("agent", "unknown")}
                   for c in matrix.cells if c.agent == "mcp"]  # an unnamed agent is named by its handshake
@@ -176,7 +179,9 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
     tuples = list(dict.fromkeys((c.workload, c.task_id, c.condition, c.fault, c.fault_seed, c.backend,
                                  c.catalog_size, c.rep) for c in matrix.cells))
     out = Path(args.out)
-    with ServedDirectory(out, worlds, session=False):  # a served directory before anything is written into it
+    plan = {"comparisons": [c.model_dump(mode="json") for c in matrix.comparisons],
+            "families": [f.model_dump(mode="json") for f in matrix.families]}
+    with ServedDirectory(out, worlds, session=False, plan=plan):  # made (or checked) before anything is written
         pass
     _clear_scratch(out)  # what a killed serve left of its real-server episode (its server died with it)
     logs = out / "logs"

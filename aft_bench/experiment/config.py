@@ -13,7 +13,15 @@ from aft_bench.agents.registry import DEFAULT_AGENT, AgentSpec, agent_spec
 from aft_bench.common.canonical import canonical_json, digest
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
-from aft_bench.experiment.comparisons import Comparison, load_comparisons
+from aft_bench.common.paths import WORLDS
+from aft_bench.experiment.comparisons import (
+    COMPARISONS_PATH,
+    Comparison,
+    Family,
+    families,
+    joined,
+    load_comparisons,
+)
 from aft_bench.interface.mechanisms import Conditions, load_conditions
 from aft_bench.tasks.workloads import Workload, WorkloadSet, load_workloads
 
@@ -69,12 +77,26 @@ class Experiment(BaseModel):
     backends: tuple[Literal["memory", "sqlite"], ...] = Field(default=("memory",), min_length=1)
     tasks_per_workload: int | None = Field(default=None, ge=1)
     catalog_sizes: tuple[int, ...] = ()
+    # folders (relative to the config) of the experiment's own worlds: their workloads/ run beside the shipped
+    # ones, and a comparisons.toml there defines comparisons beside the shipped ones
+    worlds: tuple[str, ...] = ()
+    # how the analysis adjusts the comparisons: name -> ids (Holm across them) or {comparisons, adjust}; by
+    # default all of the experiment's comparisons form one Holm family
+    families: dict[str, Family] = Field(default_factory=dict)
     # puts every run on ToolPro's virtual clock (row column virtual_latency_s); a list of profiles is an axis of
     # the matrix (`[[experiment.network]]`: each cell runs under one, and its agents read that clock live)
     network: Network | tuple[Network, ...] | None = None
     # Spend ceilings: not part of the config's identity, so a raised ceiling resumes the same experiment.
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_tokens_total: int | None = Field(default=None, ge=1)  # for models whose price litellm does not know
+
+    @model_validator(mode="after")
+    def _families_cover_the_comparisons(self) -> Experiment:
+        families(self.families, self.comparisons)
+        for i, folder in enumerate(self.worlds):
+            if not folder or Path(folder).is_absolute():
+                raise FieldProblem(f"worlds.{i}", folder, "a folder relative to the config")
+        return self
 
     @model_validator(mode="after")
     def _network_axis(self) -> Experiment:
@@ -90,11 +112,21 @@ class Experiment(BaseModel):
 
 
 SPEND_FIELDS = {"max_cost_usd", "max_tokens_total"}
+NEWER_FIELDS = ("worlds", "families")  # left out of the identity while unset: older configs keep their hashes
+
+
+def _identity(exp: Experiment) -> dict[str, Any]:
+    out = exp.model_dump(mode="json", exclude=SPEND_FIELDS)
+    for name in NEWER_FIELDS:
+        if not out[name]:
+            del out[name]
+    return out
 
 
 class ConfigFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     experiment: Experiment
+    comparisons: tuple[Comparison, ...] = ()  # the config's own [[comparisons]], beside the shipped ones
 
 
 @dataclass(frozen=True)
@@ -146,17 +178,54 @@ class Matrix:
     cells: tuple[Cell, ...]
     config_hash: str
     worlds_dir: Path
+    families: tuple[Family, ...] = ()
+    extra_worlds: tuple[Path, ...] = ()  # the experiment's own worlds folders, resolved
 
     def resolved(self) -> dict[str, Any]:
         """The experiment as it identifies the results (spend ceilings left out)."""
-        return self.experiment.model_dump(mode="json", exclude=SPEND_FIELDS)
+        return _identity(self.experiment)
 
 
-def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Matrix:
+def visible_comparisons(config: Path, own: tuple[Comparison, ...], extra_worlds: tuple[Path, ...]
+                        ) -> tuple[Comparison, ...]:
+    """Every comparison a config can name: the shipped file's, then each of its worlds folders'
+    `comparisons.toml`, then its own `[[comparisons]]`; an id defined twice is an error naming both places."""
+    comps: list[Comparison] = []
+    where: list[tuple[Path, str]] = []
+    for path in (COMPARISONS_PATH, *(d / "comparisons.toml" for d in extra_worlds)):
+        if path == COMPARISONS_PATH or path.is_file():
+            found = load_comparisons(path)
+            comps += found
+            where += [(path, f"comparisons.{i}") for i in range(len(found))]
+    comps += own
+    where += [(config, f"comparisons.{i}") for i in range(len(own))]
+    return joined(tuple(comps), where)
+
+
+def _extra_worlds(exp: Experiment, p: Path, base: Path, given: tuple[Path, ...] | None) -> tuple[Path, ...]:
+    """The folders seen beside `base`: the config's own `worlds` (relative to it) with the shipped worlds too,
+    whatever folder `base` is (run from the folder that holds your worlds, the shipped ones stay visible); each
+    folder once."""
+    if given is not None:
+        return given
+    out: list[Path] = [WORLDS.resolve()] if exp.worlds else []
+    for i, rel in enumerate(exp.worlds):
+        folder = (p.parent / rel).resolve()
+        if not folder.is_dir():
+            raise InputError(p, f"experiment.worlds.{i}", rel, f"no such folder ({folder})")
+        out.append(folder)
+    return tuple(dict.fromkeys(f for f in out if f != base.resolve()))
+
+
+def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False,
+                extra_worlds: tuple[Path, ...] | None = None) -> Matrix:
     """Read and validate a config and expand it; any error is an InputError naming file, field, value.
-    `served`: the config is played by `serve-matrix`, so an external MCP agent (`mcp`) may be listed."""
+    `served`: the config is played by `serve-matrix`, so an external MCP agent (`mcp`) may be listed.
+    `extra_worlds`: where the config's own `worlds` folders are (a worker's copies), if not beside it."""
     p = Path(path)
-    exp = validate(ConfigFile, read_toml(p), p).experiment
+    data = validate(ConfigFile, read_toml(p), p)
+    exp = data.experiment
+    extra = _extra_worlds(exp, p, worlds_dir, extra_worlds)
     agents = tuple(agent_spec(raw, p, f"experiment.agents.{i}") for i, raw in enumerate(exp.agents))
     for i, spec in enumerate(agents):
         if spec.kind.surface != "interface" and not (served and spec.kind.surface == "served"):
@@ -166,7 +235,7 @@ def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Mat
     if len(set(agents)) != len(agents):
         raise InputError(p, "experiment.agents", [a.json for a in agents], "the same agent spec is listed twice")
     conditions = load_conditions()
-    known = {c.id: c for c in load_comparisons()}
+    known = {c.id: c for c in visible_comparisons(p, data.comparisons, (worlds_dir, *extra))}
     chosen: list[Comparison] = []
     for i, cid in enumerate(exp.comparisons):
         if cid not in known:
@@ -174,7 +243,14 @@ def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Mat
         chosen.append(known[cid])
     for i, name in enumerate(exp.conditions):
         conditions.resolve(name, p, f"experiment.conditions.{i}")
-    workloads = load_workloads(worlds_dir)
+    workloads = load_workloads(worlds_dir, extra)
+    for i, c in enumerate(chosen):  # each comparison against what this run can see
+        field = f"experiment.comparisons.{i}"
+        workloads.get(c.workload, p, field)
+        for arm in (c.treatment, c.control):
+            conditions.resolve(arm, p, field)
+        if exp.workloads and c.workload not in exp.workloads:
+            raise InputError(p, field, c.id, f"its workload {c.workload} is not in experiment.workloads")
     wids = list(exp.workloads) or list(dict.fromkeys(c.workload for c in chosen))
     if not wids:
         raise InputError(p, "experiment.workloads", [], "name workloads or comparisons")
@@ -208,11 +284,16 @@ def load_matrix(path: str | Path, worlds_dir: Path, served: bool = False) -> Mat
                         raise InputError(p, f"experiment.agents.{i}", spec.params.get("mode"), problem)
     if len(cells) > MAX_CELLS:
         raise InputError(p, "experiment", len(cells), f"the matrix has more than {MAX_CELLS:,} runs")
-    identity = exp.model_dump(mode="json", exclude=SPEND_FIELDS)
+    identity = _identity(exp)
     read = [spec.params["profile"]["sha256"] for spec in agents if isinstance(spec.params.get("profile"), dict)]
     if read:  # the files agents read are part of the config (so of its lock and manifest); other hashes unchanged
         identity["agent_files"] = read
-    return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells), digest(identity), worlds_dir)
+    shipped = [c.model_dump(mode="json") for c in load_comparisons()]
+    own = [c.model_dump(mode="json") for c in chosen if c.model_dump(mode="json") not in shipped]
+    if own:  # a comparison defined outside the shipped file is part of the config (other hashes unchanged)
+        identity["comparison_definitions"] = own
+    return Matrix(p, exp, workloads, conditions, tuple(chosen), agents, tuple(cells), digest(identity), worlds_dir,
+                  families(exp.families, exp.comparisons), extra)
 
 
 def _expand(exp: Experiment, wl: Workload, conds: list[str], agents: tuple[AgentSpec, ...], p: Path) -> list[Cell]:

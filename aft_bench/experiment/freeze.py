@@ -43,7 +43,7 @@ def inputs(matrix: Matrix) -> dict[str, str]:
         if wl.external is not None:  # a real server: its world file and the pinned version it runs
             out[f"world:{world}"] = wl.external.hash
             continue
-        src = VOCAB_PATH if world == "catalog" else matrix.worlds_dir / world / "world.toml"
+        src = VOCAB_PATH if world == "catalog" else wl.path.parent.parent / world / "world.toml"  # its own folder
         out[f"world:{world}"] = digest(src.read_text())
     for path in frozen_code():
         out[f"code:{path.relative_to(PACKAGE).as_posix()}"] = digest(path.read_text())

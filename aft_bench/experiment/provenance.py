@@ -66,6 +66,8 @@ def manifest(matrix: Matrix) -> dict[str, Any]:
                        for n in dict.fromkeys(c.condition for c in matrix.cells)},
         "conditions_hash": matrix.conditions.hash,
         "comparisons": [c.model_dump(mode="json") for c in matrix.comparisons],
+        # how `analyze` adjusts them: the config's families, or all of its comparisons in one Holm family
+        "families": [f.model_dump(mode="json") for f in matrix.families],
         "workloads": {w: {"path": str(wl.path), "hash": wl.hash,
                           "tasks": {t.id: t.hash for t in wl.tasks}} for w, wl in workloads.items()},
         "tokenizer": {"counter": "litellm.token_counter", "model": TOKENIZER_MODEL},

@@ -68,16 +68,20 @@ class Bundle:
     config: bytes
     worlds: tuple[tuple[str, bytes], ...]
     expected: Fingerprint
+    extra: tuple[tuple[tuple[str, bytes], ...], ...] = ()  # each of the config's own worlds folders
 
 
 def bundle(matrix: Matrix) -> Bundle:
     """The inputs a worker needs to rebuild `matrix` without sharing a disk with the driver."""
-    root = matrix.worlds_dir
-    files = tuple((p.relative_to(root).as_posix(), p.read_bytes()) for p in sorted(root.rglob("*"))
-                  if p.is_file() and "__pycache__" not in p.parts)
+    files = _files(matrix.worlds_dir)
     expected = Fingerprint.of(matrix)
     return Bundle(digest([expected.version, expected.tokenizer, list(expected.inputs)])[:16], matrix.path.name,
-                  matrix.path.read_bytes(), files, expected)
+                  matrix.path.read_bytes(), files, expected, tuple(_files(d) for d in matrix.extra_worlds))
+
+
+def _files(root: Path) -> tuple[tuple[str, bytes], ...]:
+    return tuple((p.relative_to(root).as_posix(), p.read_bytes()) for p in sorted(root.rglob("*"))
+                 if p.is_file() and "__pycache__" not in p.parts)
 
 
 @dataclass(frozen=True)
@@ -127,14 +131,16 @@ def prepare(shipped: Bundle) -> _Prepared:
     """Unpack the inputs into a private folder, load the matrix from them and compare fingerprints."""
     folder = Path(tempfile.mkdtemp(prefix=f"aft-bench-inputs-{shipped.token}-", dir=scratch_dir()))
     try:
-        (folder / "worlds").mkdir()
-        for rel, data in shipped.worlds:
-            path = folder / "worlds" / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        names = ["worlds", *(f"extra-{i}" for i in range(len(shipped.extra)))]
+        for name, files in zip(names, (shipped.worlds, *shipped.extra)):
+            (folder / name).mkdir()
+            for rel, data in files:
+                path = folder / name / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
         config = folder / shipped.config_name
         config.write_bytes(shipped.config)
-        matrix = load_matrix(config, folder / "worlds")
+        matrix = load_matrix(config, folder / "worlds", extra_worlds=tuple(folder / n for n in names[1:]))
         tokens.warm()
         problem = shipped.expected.difference(Fingerprint.of(matrix))
     except Exception as exc:  # noqa: BLE001 - whatever stops this worker from rebuilding the inputs refuses it

@@ -17,13 +17,18 @@ from aft_bench.experiment.provenance import code_version, package_versions
 from aft_bench.experiment.rundir import RunDirectory
 
 SERVE_HASH = digest({"aft-bench": "served episodes"})  # the config identity every served row carries
+PLAN_KEYS = ("comparisons", "families")  # what a manifest says analyze is to compute, as a run's manifest does
 
 
 class ServedDirectory:
     """A run directory receiving served episodes; `record` makes one episode's row durable."""
 
-    def __init__(self, out: Path, worlds_dir: Path, session: bool = True) -> None:
+    def __init__(self, out: Path, worlds_dir: Path, session: bool = True,
+                 plan: dict[str, Any] | None = None) -> None:
+        """`plan`: the comparisons and families of the config whose tuples are served here (serve-matrix), which
+        the manifest records for `analyze`; without one, the directory keeps the plan it has."""
         self.out = out
+        self.plan = dict(plan or {})
         self._open_session = session  # False: only make (or check) the directory, as serve-matrix does first
         self.worlds_dir = worlds_dir
         self._dir = RunDirectory(out)
@@ -40,6 +45,10 @@ class ServedDirectory:
                     self._dir.__exit__()
                     raise InputError(path, "kind", m.get("kind") if isinstance(m, dict) else None,
                                      "this directory holds a config's runs, not served episodes; use a new --out")
+                if not self.plan:
+                    self.plan = {k: m[k] for k in PLAN_KEYS if k in m}
+                else:
+                    self._write_manifest(list(m.get("run_ids") or []))
             else:
                 self._write_manifest([])
             self.journal = Journal(self.out / "journal.jsonl")
@@ -85,5 +94,5 @@ class ServedDirectory:
     def _write_manifest(self, run_ids: list[str]) -> None:
         manifest = {"kind": "served", "config_path": "", "config_hash": SERVE_HASH,
                     "experiment": {"id": "served"}, "worlds_dir": str(self.worlds_dir), "run_ids": run_ids,
-                    "runs": len(run_ids), "code": code_version(), "packages": package_versions()}
+                    "runs": len(run_ids), "code": code_version(), "packages": package_versions(), **self.plan}
         write_atomic(self.out / "manifest.json", redacted_dumps(manifest))

@@ -161,13 +161,16 @@ class WorkloadSet:
         return self.items[wid]
 
 
-def load_workloads(worlds_dir: Path) -> WorkloadSet:
-    items = {}
-    for p in sorted((worlds_dir / "workloads").glob("*.toml")):
-        w = load_workload(p, worlds_dir)
-        if w.id in items:
-            raise InputError(p, "workload.id", w.id, "duplicate workload id")
-        items[w.id] = w
+def load_workloads(worlds_dir: Path, extra: tuple[Path, ...] = ()) -> WorkloadSet:
+    """Every workload of `worlds_dir/workloads/` and then of each `extra` folder's (an experiment's own worlds),
+    each resolving its world in its own folder; an id defined twice is an error naming both files."""
+    items: dict[str, Workload] = {}
+    for folder in (worlds_dir, *extra):
+        for p in sorted((folder / "workloads").glob("*.toml")):
+            w = load_workload(p, folder)
+            if w.id in items:
+                raise InputError(p, "workload.id", w.id, f"duplicate workload id (also {items[w.id].path})")
+            items[w.id] = w
     return WorkloadSet(worlds_dir, items)
 
 

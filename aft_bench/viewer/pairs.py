@@ -15,20 +15,15 @@ from aft_bench.analysis.pairs import match_pairs
 from aft_bench.analysis.table import results_sha256
 from aft_bench.common.files import read_json
 from aft_bench.episode.row import SCHEMA
-from aft_bench.experiment.comparisons import Comparison, load_comparisons
+from aft_bench.analysis.plan import plan_of
+from aft_bench.experiment.comparisons import Comparison
 
 LABELS = [c.name for c in SCHEMA.values() if c.group == "label"]
 
 
 def comparisons(manifest: dict[str, Any]) -> tuple[Comparison, ...]:
     """The comparisons the experiment recorded in its manifest, else the shipped ones."""
-    raw = manifest.get("comparisons")
-    if isinstance(raw, list) and raw:
-        try:
-            return tuple(Comparison.model_validate(c) for c in raw)
-        except ValueError:
-            pass
-    return load_comparisons()
+    return plan_of(manifest).comparisons
 
 
 def _clean(v: Any) -> Any:

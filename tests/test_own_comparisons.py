@@ -1,0 +1,139 @@
+"""An experiment's own comparisons are its answer (issue 50): a researcher's world (the reference memory server,
+started for real, under a name of their own), a workload over it and two comparisons in a `comparisons.toml`
+beside it, named by a config of their own, run, analyze and report from the researcher's folder with the shipped
+worlds still visible and no shipped file changed; Holm across exactly those two, nothing else on the page."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+EXE = str(Path(sys.executable).with_name("aft-bench"))
+MEMORY = ROOT / "worlds" / "memory" / "world.toml"
+SHIPPED = [ROOT / "configs", ROOT / "worlds"]
+
+pytestmark = pytest.mark.skipif(not (ROOT / ".worlds" / "node").is_dir(),
+                                reason="needs the reference servers: make worlds (CI runs it)")
+
+COMPARISONS = """
+[[comparisons]]
+id = "graph_key_duplicates"
+treatment = "GW-key"
+control = "GW-bare"
+workload = "graph_loss"
+endpoint = "duplicate_effects"
+direction = "lower"
+test = "two_sided"
+
+[[comparisons]]
+id = "graph_verify_claims"
+treatment = "GW-verify"
+control = "GW-bare"
+workload = "graph_loss"
+endpoint = "incorrect_claim"
+direction = "lower"
+test = "two_sided"
+"""
+
+
+def _tree_hash(folders: list[Path]) -> str:
+    h = hashlib.sha256()
+    for folder in folders:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _own_folder(tmp_path: Path) -> Path:
+    """A researcher's folder: worlds/graph (the memory server as their world), worlds/workloads/graph_loss.toml
+    (three of the memory tasks on it), worlds/comparisons.toml, and graph.toml naming both comparisons."""
+    import tomllib
+
+    home = tmp_path / "mine"
+    (home / "worlds" / "graph").mkdir(parents=True)
+    (home / "worlds" / "workloads").mkdir()
+    world = MEMORY.read_text().replace('id = "memory"', 'id = "graph"', 1)
+    (home / "worlds" / "graph" / "world.toml").write_text(world)
+    wl = tomllib.loads((ROOT / "worlds" / "workloads" / "memory_response_loss.toml").read_text())
+    tasks = wl["tasks"][:3]
+    lines = ['[workload]\nid = "graph_loss"\nworld = "graph"\ndescription = "Three graph tasks, answer lost."\n',
+             '[[variants]]\nid = "response_loss"\nfaults = [{ kind = "response_loss" }]\n']
+    for t in tasks:
+        lines.append("[[tasks]]\n" + "".join(f"{k} = {json.dumps(v) if not isinstance(v, list) else _toml(v)}\n"
+                                            for k, v in {**t, "world": "graph"}.items()))
+    (home / "worlds" / "workloads" / "graph_loss.toml").write_text("\n".join(lines))
+    (home / "worlds" / "comparisons.toml").write_text(COMPARISONS)
+    (home / "graph.toml").write_text('[experiment]\nid = "graph_exp"\nworlds = ["worlds"]\n'
+                                     'comparisons = ["graph_key_duplicates", "graph_verify_claims"]\nseeds = [0]\n')
+    return home
+
+
+def _toml(v: object) -> str:
+    """A list of tables or strings as an inline TOML value (JSON's syntax, keys bare)."""
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_researchers_own_comparisons_run_analyze_and_report_alone(tmp_path: Path) -> None:
+    before = _tree_hash(SHIPPED)
+    home = _own_folder(tmp_path)
+    ok = _cli("validate", "graph.toml", cwd=home)
+    assert ok.returncode == 0, ok.stderr
+    run = _cli("run", "graph.toml", "--out", "out", cwd=home)
+    assert run.returncode == 0, run.stderr
+    analyzed = _cli("analyze", "out", cwd=home)
+    assert analyzed.returncode == 0, analyzed.stderr
+    printed = analyzed.stdout.splitlines()
+    assert printed[0] == "primary: Holm across its 2 comparisons"
+    named = [line.split()[0] for line in printed[3:5]]
+    assert named == ["graph_key_duplicates", "graph_verify_claims"] and printed[5].startswith("p values:")
+    assert "not computed" not in analyzed.stdout and "incomplete" not in analyzed.stdout
+    table = pd.read_csv(home / "out" / "analysis" / "comparisons.csv")
+    assert table["comparison"].tolist() == named and set(table["family"]) == {"primary"}
+    assert (table["pairs"] == 3).all()  # three tasks, one seed: one pair each
+    raw = sorted(table["p_raw"])  # Holm across the two and nothing else
+    assert table["p_adjusted"].max() == pytest.approx(min(1.0, max(2 * raw[0], raw[1])))
+    # the researcher's manifest records the plan, and the comparisons' definitions are part of the config's identity
+    manifest = json.loads((home / "out" / "manifest.json").read_text())
+    assert manifest["families"] == [{"name": "primary", "comparisons": named, "adjust": "holm"}]
+    report = _cli("report", "out", cwd=home)
+    assert report.returncode == 0, report.stderr
+    md = (home / "out" / "report" / "report.md").read_text()
+    assert "## Comparisons: primary" in md and "paper (reference)" not in md and "Table 3" not in md
+    assert "graph_key_duplicates" in md and "discovery_context" not in md and "Not computed" not in md
+    assert _tree_hash(SHIPPED) == before  # nothing shipped was edited
+
+
+def test_what_the_researchers_comparisons_name_is_checked_against_what_the_run_sees(tmp_path: Path) -> None:
+    home = _own_folder(tmp_path)
+    (home / "worlds" / "comparisons.toml").write_text(COMPARISONS.replace('workload = "graph_loss"',
+                                                                          'workload = "graph_gone"', 1))
+    bad = _cli("validate", "graph.toml", cwd=home)
+    assert bad.returncode == 2 and "field 'experiment.comparisons.0': unknown workload" in bad.stderr
+    assert "graph_gone" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    (home / "worlds" / "comparisons.toml").write_text(COMPARISONS.replace("graph_key_duplicates", "duplicate_effects"))
+    (home / "graph.toml").write_text((home / "graph.toml").read_text().replace("graph_key_duplicates",
+                                                                               "duplicate_effects"))
+    twice = _cli("validate", "graph.toml", cwd=home)
+    assert twice.returncode == 2 and "comparisons.toml: field 'comparisons.0.id'" in twice.stderr
+    assert "already defined at" in twice.stderr and "configs/comparisons.toml" in twice.stderr
+    (home / "worlds" / "comparisons.toml").write_text(COMPARISONS.replace('test = "two_sided"',
+                                                                          'test = "two_sided"\nfamily = "primary"', 1))
+    old = _cli("validate", "graph.toml", cwd=home)
+    assert old.returncode == 2 and "[experiment.families]" in old.stderr
