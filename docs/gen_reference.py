@@ -409,9 +409,11 @@ def conditions_md() -> str:
         out.append(f"| `{name}` | " + " | ".join(show(m[k]) for k in mechs) + " |\n")
     out += ["\n## Comparisons\n\n",
             "Utility is `+(treatment − control)` for `higher` endpoints and `−(treatment − control)` for `lower` "
-            "ones, so a positive difference favours the treatment.\n\n",
-            "| comparison | family | workload | treatment | control | endpoint | direction | test |\n",
-            "|---|---|---|---|---|---|---|---|\n"]
+            "ones, so a positive difference favours the treatment. Which comparisons are adjusted together is each "
+            "config's to say (`[experiment.families]`; by default all of a config's comparisons form one Holm "
+            "family).\n\n",
+            "| comparison | workload | treatment | control | endpoint | direction | test |\n",
+            "|---|---|---|---|---|---|---|\n"]
     for c in sorted(load_comparisons(), key=lambda c: c.id):
         test = c.test + (f" (margin {c.margin:g})" if c.margin is not None else "")
         extra = []
@@ -420,7 +422,7 @@ def conditions_md() -> str:
         if c.treatment_agent is not None:
             extra.append(f"agent contrast: {code(c.treatment_agent)} vs {code(c.control_agent)}")
         treat = f"`{c.treatment}`" + (f" ({'; '.join(extra)})" if extra else "")
-        out.append(f"| `{c.id}` | {c.family} | `{c.workload}` | {treat} | `{c.control}` | `{c.endpoint}` "
+        out.append(f"| `{c.id}` | `{c.workload}` | {treat} | `{c.control}` | `{c.endpoint}` "
                    f"| {c.direction} | {cell(test)} |\n")
     out += ["\n## Workloads\n\n", "| workload | world | tasks | fault variants (kinds) | catalog sizes | description |\n",
             "|---|---|---|---|---|---|\n"]

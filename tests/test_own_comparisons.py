@@ -104,6 +104,8 @@ def test_a_researchers_own_comparisons_run_analyze_and_report_alone(tmp_path: Pa
     named = [line.split()[0] for line in printed[3:5]]
     assert named == ["graph_key_duplicates", "graph_verify_claims"] and printed[5].startswith("p values:")
     assert "not computed" not in analyzed.stdout and "incomplete" not in analyzed.stdout
+    rows = pd.read_parquet(home / "out" / "results.parquet")
+    assert set(rows["server"]) == {"@modelcontextprotocol/server-memory 2026.8.31"}  # what ran, not "memory"
     table = pd.read_csv(home / "out" / "analysis" / "comparisons.csv")
     assert table["comparison"].tolist() == named and set(table["family"]) == {"primary"}
     assert (table["pairs"] == 3).all()  # three tasks, one seed: one pair each
@@ -118,6 +120,44 @@ def test_a_researchers_own_comparisons_run_analyze_and_report_alone(tmp_path: Pa
     assert "## Comparisons: primary" in md and "paper (reference)" not in md and "Table 3" not in md
     assert "graph_key_duplicates" in md and "discovery_context" not in md and "Not computed" not in md
     assert _tree_hash(SHIPPED) == before  # nothing shipped was edited
+    _the_experiment_page_opens_on_them(home / "out", named, tmp_path)
+
+
+def _the_experiment_page_opens_on_them(out: Path, named: list[str], tmp_path: Path) -> None:
+    """In a real browser, the static bundle's Experiment page: the experiment's family first, its two comparisons
+    alone in it (no paper comparison, no empty row), above the pending tuples; no text over other text."""
+    from test_viewer_browser import CHROMIUM, OVERLAPS_JS, open_page, playwright_api
+
+    from aft_bench.viewer.bundle import write_bundle
+    from aft_bench.viewer.model import Viewer
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (CI installs it)")
+    write_bundle(Viewer(out), tmp_path / "site")
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            for width in (1280, 420):
+                pg = browser.new_page(viewport={"width": width, "height": 900})
+                pg.errors = []  # type: ignore[attr-defined]
+                pg.on("pageerror", lambda e, pg=pg: pg.errors.append(str(e)))  # type: ignore[attr-defined]
+                open_page(pg, (tmp_path / "site" / "index.html").as_uri() + "#/experiment")
+                assert pg.evaluate(OVERLAPS_JS) == []
+                assert pg.locator("#app h2").first.inner_text() == "Comparisons: primary"
+                rows = pg.locator("[data-testid=table-primary] tr[data-row]")
+                assert [rows.nth(i).get_attribute("data-row") for i in range(rows.count())] == named
+                assert pg.locator("[data-testid=table-secondary]").count() == 0
+                assert "discovery_context" not in pg.inner_text("#app").split("Manifest and counts")[0]
+                top = pg.locator("[data-testid=table-primary]").bounding_box()["y"]
+                assert top < pg.locator("#pending").bounding_box()["y"] and (width < 1280 or top < 900)
+                if width == 1280:  # the runs table names the server that ran each row
+                    open_page(pg, (tmp_path / "site" / "index.html").as_uri() + "#/runs")
+                    cells = pg.locator("[data-testid=runs] td[data-col=server]")
+                    assert cells.count() == 9 and set(cells.all_inner_texts()) == {
+                        "@modelcontextprotocol/server-memory 2026.8.31"}
+                pg.close()
+        finally:
+            browser.close()
 
 
 def test_what_the_researchers_comparisons_name_is_checked_against_what_the_run_sees(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ _COLUMNS = (
            "hash of the cassette whose recorded answers the model calls were replayed from (null: a live model)"),
     Column("network", "json?", "key",
            "the run's network profile (rtt_ms, decision_ms, build_ms) when the config sweeps networks (null otherwise)"),
+    Column("server", "str?", "provenance",
+           "the real MCP server an external world ran: its package and pinned version (null for built-in worlds)"),
     Column("policy_start", "str?", "label",
            "cold | warm: how ToolPro's profile-driven policy started (program agent, mode = \"profile\"; null otherwise)"),
     Column("policy_step_ms", "float?", "label",
@@ -117,7 +119,7 @@ COLUMNS: dict[str, str] = {c.name: c.meaning for c in _COLUMNS}
 # Columns added after results existed: a journal row or table without one reads it as this value.
 LATE_COLUMNS: dict[str, Any] = {"client": None, "retry_wait_s": None, "cassette": None, "network": None,
                                "policy_start": None, "policy_step_ms": None, "policy_build_ms": None,
-                               "measured_build_ms": None}
+                               "measured_build_ms": None, "server": None}
 INT64 = (-(2**63), 2**63 - 1)  # what parquet (and pandas) can hold in an integer column
 
 

@@ -63,7 +63,7 @@ def network_of(matrix: Matrix, cell: Cell) -> dict[str, float] | None:
 
 
 def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None,
-                 stack: ExitStack) -> tuple[Setup | ExternalSetup, Agent, dict[str, str]]:
+                 stack: ExitStack) -> tuple[Setup | ExternalSetup, Agent, dict[str, str | None]]:
     """Every name of `cell` looked up: the episode's setup, a fresh agent, and the hashes its row records."""
     wl = matrix.workloads.get(cell.workload)
     task = next(t for t in wl.tasks if t.id == cell.task_id)
@@ -85,11 +85,12 @@ def resolve_cell(matrix: Matrix, cell: Cell, out: Path | None,
                   trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
                   header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()},
                   clock=network_of(matrix, cell), rep=cell.rep)
-    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}
+    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash,
+                          "server": None}
 
 
 def _resolve_external(matrix: Matrix, cell: Cell, out: Path | None, world: ExternalWorld, wl: Workload,
-                      task: Task) -> tuple[ExternalSetup, Agent, dict[str, str]]:
+                      task: Task) -> tuple[ExternalSetup, Agent, dict[str, str | None]]:
     """A cell on an external world: the gateway's schedule, the condition, a fresh agent; the server's package
     and version go into the trace's header and the row's world hash."""
     variant = next(v for v in wl.variants if v.id == cell.fault)
@@ -104,4 +105,5 @@ def _resolve_external(matrix: Matrix, cell: Cell, out: Path | None, world: Exter
                           trace_path=out / "traces" / f"{cell.run_id}.jsonl" if out is not None else None,
                           header={**cell.key(), "run_id": cell.run_id, "mechanisms": mech.to_dict()}, rep=cell.rep,
                           resource_parent=scratch)
-    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash}
+    return setup, agent, {"world_hash": world.hash, "task_hash": task.hash, "schedule_hash": schedule.hash,
+                          "server": f"{world.server.package} {world.server.version}"}

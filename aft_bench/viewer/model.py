@@ -14,7 +14,7 @@ from aft_bench.viewer.runs import FACETS, Query, RunsTable
 from aft_bench.viewer.source import Source, changed, journal_tail, open_source
 from aft_bench.viewer.world_state import state_diff, task_context
 
-TABLES = ("primary", "secondary", "per_model", "lomo", "discovery", "trials")
+TABLES = ("comparisons", "primary", "secondary", "per_model", "lomo", "discovery", "trials")
 MANIFEST_FIELDS = ("config_path", "config_hash", "lock_hash", "code", "packages", "python", "platform", "tokenizer",
                    "runs", "conditions_hash", "experiment", "worlds_dir")
 

@@ -19,11 +19,11 @@ from aft_bench.experiment.journal import read_rows
 MAX_PAGE = 500
 # the columns the runs table shows (every column of a run is on its own page)
 SHOWN = ["run_id", "workload", "task_id", "condition", "fault", "fault_seed", "catalog_size", "agent", "model", "rep",
-         "backend", "outcome", "y_goal", "y_correct", "fault_fired", "recovered", "duplicate_effects",
+         "backend", "server", "outcome", "y_goal", "y_correct", "fault_fired", "recovered", "duplicate_effects",
          "unsafe_commits", "unauthorized_effects", "stale_writes", "unintended_effects", "residual_effects",
          "incorrect_claim", "tool_calls", "context_tokens", "recall", "cost_usd", "wall_s"]
 # the columns offered as drop-down filters: the key fields and every label (any SCHEMA column may be filtered)
-FACETS = ["workload", "condition", "agent", "model", "fault", "backend", "outcome", "task_id", "catalog_size",
+FACETS = ["workload", "condition", "agent", "model", "fault", "backend", "server", "outcome", "task_id", "catalog_size",
           "y_goal", "y_correct", "fault_fired", "recovered", "duplicate_effects", "unsafe_commits",
           "unauthorized_effects", "stale_writes", "unintended_effects", "residual_effects", "incorrect_claim",
           "claim_correct", "terminal_action", "terminal_claim", "mode"]

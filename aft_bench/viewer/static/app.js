@@ -125,8 +125,8 @@ function fmt(v, digits = 4) {
 function share(v) { return v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`; }
 function numCell(v, col) { return h("td", { class: "num", "data-col": col, "data-value": JSON.stringify(v ?? null) }, fmt(v)); }
 function scroll(el) { return h("div", { class: "scroll" }, el); }
-function comparisonTable(rows, family) {
-  const primary = family === "primary";  // a secondary comparison's p is its raw p (outside the Holm family)
+function comparisonTable(rows, family, holm = family === "primary") {
+  const primary = holm;  // an unadjusted family's p is its raw p (outside any Holm family)
   const heads = ["comparison", "pairs", "clusters", "effect", "95% CI", ...(primary ? ["p raw", "p (Holm)"] : ["p (unadjusted)"]),
     "criterion met", "faults fired (T / C)", "caveat"];
   return scroll(h("table", { "data-testid": `table-${family}`, class: "comparisons" },
@@ -147,6 +147,29 @@ function figure(d, f) {
   return h("figure", {}, h("img", { class: "fig", alt: f, src: BUNDLE ? `data/figures/${f}` : `api/figure/${f}` }));
 }
 const PENDING_SHOWN = 200;
+// The other analysis tables as designed tables: named columns in reading order, the comparison first, numbers
+// formatted as in the comparison tables ([key, heading] or [key, heading, how]).
+const ci = (r) => r.ci_low === null || r.ci_low === undefined ? "–" : `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]`;
+const MORE = {
+  trials: { title: "Reliability over trials (pass^k)", text: "Per comparison arm and k: pass^k (all k trials pass), pass@k (at least one), and the share of tuples whose trials disagree.",
+    columns: [["comparison", "comparison"], ["arm", "arm"], ["condition", "condition"], ["k", "k"], ["tuples", "tuples"], ["trials", "trials"],
+      ["pass_hat_k", "pass^k"], ["pass_at_k", "pass@k"], ["flip_rate", "verdicts flip"]] },
+  per_model: { title: "Per model", text: "Each comparison within one model; p Benjamini-Hochberg across these contrasts; interaction is the model's effect minus the pooled one.",
+    columns: [["comparison", "comparison"], ["model", "model"], ["pairs", "pairs"], ["utility_diff", "effect"], ["ci", "95% CI", ci],
+      ["p_raw", "p raw"], ["p_bh", "p (BH)"], ["treatment_mean", "treatment mean"], ["control_mean", "control mean"], ["interaction", "interaction"]] },
+  lomo: { title: "Leave one model out", text: "Each comparison with one model's pairs left out.",
+    columns: [["comparison", "comparison"], ["left_out", "model left out"], ["pairs", "pairs"], ["utility_diff", "effect"], ["ci", "95% CI", ci], ["p_raw", "p raw"]] },
+  discovery: { title: "Discovery by catalog size", text: "Means per catalog size and arm: context tokens beside recall, correctness and wrong-tool effects.",
+    columns: [["catalog_size", "catalog size"], ["condition", "condition"], ["runs", "runs"], ["context_tokens", "context tokens"], ["recall", "recall"],
+      ["y_correct", "correct"], ["unintended_effects", "wrong-tool effects"]] },
+};
+function designed(rows, columns, testid) {
+  return h("table", { "data-testid": testid, class: "comparisons" },
+    h("tr", {}, columns.map(([, head]) => h("th", {}, head))),
+    rows.map((r) => h("tr", { "data-row": r[columns[0][0]] }, columns.map(([key, , how]) => how
+      ? h("td", { class: "num", "data-col": key }, how(r))
+      : (typeof r[key] === "number" ? numCell(r[key], key) : h("td", { "data-col": key }, fmt(r[key])))))));
+}
 
 async function experimentPage() {
   const d = await get("experiment");
@@ -162,14 +185,34 @@ async function experimentPage() {
   if (!a.meta) out.push(h("div", { class: "note", "data-testid": "no-analysis" }, "no analysis here: run aft-bench analyze DIR to see the comparisons"));
   if (d.analysis_stale) out.push(h("div", { class: "note", "data-testid": "stale" }, "the analysis was made from other results than results.parquet holds now: run aft-bench analyze DIR again"));
   const main = d.figures.filter((f) => f.startsWith("fig2"));
-  if (a.primary) {
+  const families = (a.meta && a.meta.families) || null;
+  if (families && a.comparisons) {
+    // the experiment's own comparisons, family by family as its config declared them: its answer, first
+    const byId = Object.fromEntries(a.comparisons.map((r) => [r.comparison, r]));
+    families.forEach((fam, i) => {
+      const rows = fam.comparisons.map((c) => byId[c]).filter(Boolean);
+      const done = rows.filter((r) => r.pairs > 0), idle = rows.filter((r) => !(r.pairs > 0));
+      const holm = fam.adjust === "holm";
+      out.push(h("h2", { id: `family-${fam.name}`, "data-testid": `family-${fam.name}` }, `Comparisons: ${fam.name}`),
+        h("p", { class: "muted" }, (i === 0 ? "Paired utility difference (positive favours the treatment), 95 % task-clustered interval, sign-flip permutation p; " : "") +
+          (holm ? `Holm across the ${fam.size} comparisons of this family.` : "outside any Holm family: unadjusted p.") +
+          (i === 0 ? " Each comparison opens its matched pairs." : "")));
+      if (done.length) out.push(comparisonTable(done, fam.name, holm));
+      if (idle.length) out.push(h("ul", { class: "muted", "data-testid": `not-computed-${fam.name}` },
+        idle.map((r) => h("li", {}, `Not computed: ${r.comparison}, ${r.not_computed || "no matched pairs"}.`))));
+      if (holm && fam.missing && fam.missing.length) out.push(h("p", { class: "note" }, `This family is incomplete: ${fam.missing.join(", ")} counted as p = 1.`));
+    });
+    if (a.meta.plan_note) out.push(h("p", { class: "muted", "data-testid": "plan-note" }, `Comparisons: ${a.meta.plan_note}.`));
+    if (main.length) out.push(main.map((f) => figure(d, f)));
+  }
+  if (!(families && a.comparisons) && a.primary) {
     out.push(h("h2", { id: "primary" }, "Primary comparisons"),
       h("p", { class: "muted" }, "Paired utility difference (positive favours the treatment), 95 % task-clustered interval, " +
         "sign-flip permutation p, Holm across the primary family. Each comparison opens its matched pairs."),
       comparisonTable(a.primary, "primary"));
   }
-  if (main.length) out.push(main.map((f) => figure(d, f)));
-  if (a.secondary) {
+  if (!(families && a.comparisons) && main.length) out.push(main.map((f) => figure(d, f)));
+  if (!(families && a.comparisons) && a.secondary) {
     const run = a.secondary.filter((r) => r.pairs > 0), idle = a.secondary.filter((r) => !(r.pairs > 0));
     out.push(h("h2", { id: "secondary" }, "Secondary comparisons"), h("p", { class: "muted" }, "Outside the Holm family; unadjusted p."));
     if (run.length) out.push(comparisonTable(run, "secondary"));
@@ -183,10 +226,11 @@ async function experimentPage() {
     if (d.pending.length > PENDING_SHOWN) out.push(h("p", { class: "muted" }, `and ${d.pending.length - PENDING_SHOWN} more (failures.jsonl holds every reason)`));
   }
   if (d.failures.length) out.push(h("h3", {}, "Failure records"), scroll(table(d.failures, ["run_id", "session", "error", "message"], "failures")));
-  const more = ["trials", "discovery", "per_model", "lomo"].filter((n) => a[n] && a[n].length);
+  const more = Object.keys(MORE).filter((n) => a[n] && a[n].length);
   if (more.length) {
     out.push(h("h2", {}, "More analyses"));
-    for (const name of more) out.push(h("h3", {}, name), scroll(table(a[name], Object.keys(a[name][0]), `table-${name}`)));
+    for (const name of more) out.push(h("h3", {}, MORE[name].title), h("p", { class: "muted" }, MORE[name].text),
+      scroll(designed(a[name], MORE[name].columns, `table-${name}`)));
   }
   const rest = d.figures.filter((f) => !main.includes(f));
   if (rest.length) out.push(h("h2", {}, "Figures"), rest.map((f) => figure(d, f)));
