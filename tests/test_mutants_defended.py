@@ -653,7 +653,7 @@ def test_the_experiment_page_shows_the_manifest_counts_sessions_and_analysis_as_
         "figures": [], "status": v.status()}
     assert set(page["manifest"]) == set(MANIFEST_FIELDS)  # a config run's manifest has them all
     assert v.facets() == {"facets": v.runs.facets(), "order": ["workload", "condition", "agent", "model", "fault",
-                                                              "backend", "outcome", "task_id", "catalog_size",
+                                                              "backend", "server", "outcome", "task_id", "catalog_size",
                                                               "y_goal", "y_correct", "fault_fired", "recovered",
                                                               "duplicate_effects", "unsafe_commits",
                                                               "unauthorized_effects", "stale_writes",

@@ -106,20 +106,20 @@ def test_guards_that_are_only_declared_stop_nothing_while_enforced_ones_do(tmp_p
 GATEWAY_BLIND = ROOT / "configs" / "negative" / "gateway_blind_discovery.toml"
 
 
-def _secondary(config: Path, out: Path) -> dict[str, dict]:
+def _comparisons(config: Path, out: Path) -> dict[str, dict]:
     assert main(["run", str(config), "--out", str(out)]) == 0
     assert main(["analyze", str(out), "--resamples", "200", "--permutations", "500"]) == 0
-    return {r["comparison"]: r for r in json.loads((out / "analysis" / "secondary.json").read_text())}
+    return {r["comparison"]: r for r in json.loads((out / "analysis" / "comparisons.json").read_text())}
 
 
 def test_an_agent_that_does_nothing_behind_selective_discovery_at_a_real_server_meets_no_criterion(
         tmp_path: Path) -> None:
     """The gateway's discovery pair on the real git server (issue 41): fewer tokens for the blind agent, but its
     recall collapses, so neither is met; the capability-aware agent on the same tuples meets both."""
-    blind = _secondary(GATEWAY_BLIND, tmp_path / "blind")
+    blind = _comparisons(GATEWAY_BLIND, tmp_path / "blind")
     cfg = tmp_path / "capable.toml"
     cfg.write_text(GATEWAY_BLIND.read_text().replace("fake-blind", "fake-capability"))
-    capable = _secondary(cfg, tmp_path / "capable")
+    capable = _comparisons(cfg, tmp_path / "capable")
     ctx, rec = blind["gateway_discovery_context"], blind["gateway_discovery_recall"]
     assert ctx["clusters"] == rec["clusters"] == 16
     assert ctx["utility_diff"] > 0 and ctx["criterion_alone"] is True

@@ -296,7 +296,7 @@ def test_on_a_network_axis_runs_pair_within_their_network(tmp_path: Path) -> Non
         with pytest.raises(Exception, match="share a pair key"):
             match_pairs(df, comp)
     tables = analyze(tmp_path / "o", Options(resamples=200, permutations=200))
-    (row,) = [r for r in tables["secondary"] if r["comparison"] == "program_latency"]
+    (row,) = [r for r in tables["comparisons"] if r["comparison"] == "program_latency"]
     assert row["pairs"] == 16 * len(RTTS)
     written = pd.read_parquet(tmp_path / "o" / "analysis" / "pairs.parquet")
     assert (written["comparison"] == "program_latency").sum() == 16 * len(RTTS) and written["network"].notna().all()

@@ -87,7 +87,7 @@ def test_a_model_s_broken_programs_are_repaired_replayed_or_finished_stepwise(tm
     assert set(fell_back["task_id"].map(broken_kind)) == {"changed_write"} and (fell_back["fallbacks"] == 1).all()
     assert plain["duplicate_effects"].sum() > 0  # the control runs completed writes again
     assert main(["analyze", str(out), "--resamples", "200", "--permutations", "500"]) == 0
-    row = next(r for r in json.loads((out / "analysis" / "secondary.json").read_text())
+    row = next(r for r in json.loads((out / "analysis" / "comparisons.json").read_text())
                if r["comparison"] == "replay_duplicates")
     assert row["clusters"] == 16 and row["ci_low"] > 0 and row["criterion_met"] is True
 
@@ -137,6 +137,6 @@ def test_programs_a_model_writes_beat_its_stepwise_calls_in_latency_and_traffic(
     assert len(df) == 32 and set(df["outcome"]) == {"completed"} and df["duplicate_effects"].sum() == 0
     written = df[df["condition"] == "I0-program-replay"]
     assert (written["mode"] == "program").all() and (df[df["condition"] == "I0"]["mode"] == "step").all()
-    rows = {r["comparison"]: r for r in analyze(out, Options(resamples=500, permutations=2000))["secondary"]}
+    rows = {r["comparison"]: r for r in analyze(out, Options(resamples=500, permutations=2000))["comparisons"]}
     for cid in ("program_latency_written", "program_traffic_written"):
         assert rows[cid]["pairs"] == 16 and rows[cid]["ci_low"] > 0 and rows[cid]["criterion_met"] is True, rows[cid]

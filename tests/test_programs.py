@@ -133,7 +133,7 @@ def test_on_the_repair_workload_replay_never_duplicates_and_plain_duplicates_onc
     assert (by.get_group("I0-program-plain")["duplicate_effects"] == 1).all()
     assert df["task_id"].nunique() == 16 and df["y_goal"].all()
     assert main(["analyze", str(out), "--permutations", "2000", "--resamples", "200"]) == 0
-    row = next(r for r in pd.read_csv(out / "analysis" / "secondary.csv").to_dict("records")
+    row = next(r for r in pd.read_csv(out / "analysis" / "comparisons.csv").to_dict("records")
                if r["comparison"] == "replay_duplicates")
     assert row["pairs"] == 16 and row["utility_diff"] == 1.0 and row["criterion_met"]
 
@@ -340,7 +340,7 @@ def test_policy_against_stepwise_on_the_memos_workflows_is_an_agent_contrast(tmp
     assert (step["virtual_latency_s"] == (step["model_turns"] * 1.5 + step["round_trips"] * 0.1)).all()
     assert (step["model_bytes"] > 0).all()  # no model: the schemas a model would be sent per decision
     assert main(["analyze", str(out)]) == 0
-    rows = {r["comparison"]: r for r in json.loads((out / "analysis" / "secondary.json").read_text())}
+    rows = {r["comparison"]: r for r in json.loads((out / "analysis" / "comparisons.json").read_text())}
     for cid in ("program_latency", "program_traffic"):
         assert rows[cid]["pairs"] == 16 and rows[cid]["utility_diff"] > 0, rows[cid]
     pairs = pd.read_parquet(out / "analysis" / "pairs.parquet")
@@ -379,7 +379,7 @@ def test_a_lost_write_response_defeats_replay_and_only_a_key_prevents_the_duplic
     by = df.groupby("condition")["duplicate_effects"]
     assert (by.get_group("I0-program-replay") == 1).all() and (by.get_group("I0-program-replay-keys") == 0).all()
     assert main(["analyze", str(out), "--permutations", "2000", "--resamples", "200"]) == 0
-    row = next(r for r in json.loads((out / "analysis" / "secondary.json").read_text())
+    row = next(r for r in json.loads((out / "analysis" / "comparisons.json").read_text())
                if r["comparison"] == "program_loss_duplicates")
     assert row["pairs"] == 16 and row["utility_diff"] == 1.0
 

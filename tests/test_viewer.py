@@ -159,11 +159,12 @@ def test_view_writes_nothing_into_the_directory(smoke_results: Path, tmp_path: P
 
 def test_bundle_holds_every_run_and_pair(smoke_results: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     assert run_cli(["view", str(smoke_results), "--bundle", str(tmp_path / "site")], monkeypatch) == 0
-    assert "36 runs, 30 pairs" in capsys.readouterr().out
+    # the pairs of the config's eight comparisons (4 + 4 + 2 + 2 + 2 + 2 + 4 + 2), none of comparisons it did not name
+    assert "36 runs, 22 pairs" in capsys.readouterr().out
     html = (tmp_path / "site" / "index.html").read_text()
     assert 'type="module" src=' not in html and "window.AFT_BUNDLE" in html  # file:// refuses module files
     assert len(list((tmp_path / "site" / "data").glob("run_*.js"))) == 36
-    assert len(list((tmp_path / "site" / "data").glob("pair_*.js"))) == 30
+    assert len(list((tmp_path / "site" / "data").glob("pair_*.js"))) == 22
 
 
 def _bundled(site: Path, key: str) -> object:
@@ -242,7 +243,7 @@ def test_a_bundle_terminated_at_any_moment_leaves_either_nothing_or_the_whole_si
     assert proc.returncode in (0, 130, -signal.SIGTERM) and names in ([], ["site"]), (proc.returncode, names)
     if names:  # finished before the signal landed: the whole site
         assert len(list((parent / "site" / "data").glob("run_*.js"))) == 36
-        assert len(list((parent / "site" / "data").glob("pair_*.js"))) == 30
+        assert len(list((parent / "site" / "data").glob("pair_*.js"))) == 22
 
 
 def _one_line_error(capsys) -> str:

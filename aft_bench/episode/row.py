@@ -102,8 +102,6 @@ _COLUMNS = (
            "hash of the cassette whose recorded answers the model calls were replayed from (null: a live model)"),
     Column("network", "json?", "key",
            "the run's network profile (rtt_ms, decision_ms, build_ms) when the config sweeps networks (null otherwise)"),
-    Column("server", "str?", "provenance",
-           "the real MCP server an external world ran: its package and pinned version (null for built-in worlds)"),
     Column("policy_start", "str?", "label",
            "cold | warm: how ToolPro's profile-driven policy started (program agent, mode = \"profile\"; null otherwise)"),
     Column("policy_step_ms", "float?", "label",
@@ -112,6 +110,8 @@ _COLUMNS = (
            "the BUILD the policy decided with (its prior on a cold start, the profile's on a warm one)"),
     Column("measured_build_ms", "float?", "label",
            "the BUILD the policy measured on the virtual clock when a program ran (mean over its programs)"),
+    Column("server", "str?", "provenance",
+           "the real MCP server an external world ran: its package and pinned version (null for built-in worlds)"),
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _COLUMNS}
@@ -247,6 +247,7 @@ def episode_row(key: Mapping[str, Any], run_id: str, mechanisms: Mapping[str, An
         "latency_s": round(u.latency_s, 6),
         "wall_s": round(wall_s, 6),
         "trace_head": result.trace_head,
+        "server": None,  # a real server's package and version, from the hashes of an external world's cell
         **hashes,
         "client": None,
         "retry_wait_s": round(u.retry_wait_s, 6),
