@@ -20,7 +20,8 @@ from aft_bench.world.external import Identity
 OVERLAY = {"read_file": {"effect": "read", "identity": None},
            "write_file": {"effect": "write", "identity": {"collection": "files", "key_arg": "path"}},
            "append": {"effect": "write", "identity": {"collection": "files", "record_arg": "path", "field": "text",
-                                                      "text_of": "text"}}}
+                                                      "text_of": "text"}},
+           "write_query": {"effect": "write", "identity": None}}
 S0 = {"records": {"files": {"a.txt": {"text": "one"}, "b.txt": {"text": "two"}}}}
 
 
@@ -135,6 +136,31 @@ def test_a_duplicate_is_a_call_realized_twice_and_a_repeat_that_changed_nothing_
         assert (lab.duplicate_effects, lab.re_executions, lab.unsafe_commits) == (dup, 1, dup)
         other = external_labels(t.trace.events(), _criteria(goal))  # append not allowed: each effect unintended
         assert other.unintended_effects == 1 + dup
+
+
+def test_without_an_identity_a_receipt_that_changed_the_state_again_is_a_duplicate() -> None:
+    """An SQL write has no identity from its arguments: as the scorecard reads it, the same call received again
+    and changing the state again is a duplicate (an INSERT re-issued after its answer was lost); received again
+    changing nothing (a DELETE already done), or a different call, is not; one invocation re-sent is one."""
+    insert = {"query": "INSERT INTO notes (body) VALUES ('hi')"}
+    added = {"notes": {"added": ["1"], "removed": [], "changed": []}}
+    goal = (Clause(collection="notes", where={}, at_least=1),)
+    cases = [("again", added, 1), ("nothing", {}, 0)]
+    for name, second, dup in cases:
+        t = _T()
+        t.call("write_query", insert, added, transport="dropped")
+        t.call("write_query", insert, second)
+        lab = external_labels(t.end(DONE), _criteria(goal, target="write_query"))
+        assert (lab.duplicate_effects, lab.unsafe_commits, lab.re_executions) == (dup, dup, 1), name
+    other = _T()
+    other.call("write_query", insert, added)
+    other.call("write_query", {"query": "INSERT INTO notes (body) VALUES ('ho')"}, added)
+    assert external_labels(other.end(DONE), _criteria(goal, target="write_query")).duplicate_effects == 0
+    resent = _T()
+    resent.call("write_query", insert, added, transport="dropped")
+    resent.trace.append("forwarded", inv="inv-1")  # the same invocation sent on again (after a restart)
+    resent.trace.append("effect", inv="inv-1", changes=added)
+    assert external_labels(resent.end(DONE), _criteria(goal, target="write_query")).duplicate_effects == 0
 
 
 def test_an_effect_that_changes_an_existing_record_is_realized() -> None:

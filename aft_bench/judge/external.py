@@ -64,9 +64,13 @@ def external_labels(events: Iterable[Event], criteria: Criteria) -> Labels:
                     or (tool in targets and trigger is not None and e.seq > trigger)):
                 unintended += 1
 
-    # duplicates: each distinct call the server received, realized more than once between s0 and the end
+    # duplicates: each distinct call the server received, realized more than once between s0 and the end; for a
+    # tool whose overlay gives no identity (an SQL statement, a fixed file), each time a receipt of the same call
+    # changed the state again after the first that did (the scorecard's rule where it has no identity)
     dup = 0
     seen: set[str] = set()
+    changed = {e.data["inv"] for e in effects}
+    again: dict[str, set[str]] = {}  # call -> the invocations of it whose receipt changed the state
     for e in evs:
         if e.kind != "forwarded":
             continue
@@ -74,10 +78,15 @@ def external_labels(events: Iterable[Event], criteria: Criteria) -> Labels:
         ident = (overlay.get(inv["tool"]) or {}).get("identity")
         args = inv["args"]
         text = canonical_json([inv["tool"], args])
-        if ident is None or text in seen:
+        if ident is None:
+            if e.data["inv"] in changed:
+                again.setdefault(text, set()).add(e.data["inv"])
+            continue
+        if text in seen:
             continue
         seen.add(text)
         dup += max(0, snapshot.realized(Identity.model_validate(ident), s0, sT, args) - 1)
+    dup += sum(len(invs) - 1 for invs in again.values())
     unsafe = dup + stale + unintended
 
     target_after = [e for e in effects if invocations[e.data["inv"]].data["tool"] in targets
