@@ -168,7 +168,6 @@ def draft(name: str, command: Sequence[str], listed: list[dict[str, Any]], info:
                       f"destructive = {_toml(bool(d.annotations.get('destructiveHint', True)))}"]
         lines += ["verified = false", f"note = {_str(f'{d.how}; annotations: {hints}')}"]
         if d.example is not None:
-            lines.append(f"examples = [{{ args = {_toml(d.example)} }}]  # TODO: a real call (paths under "
-                         "/workspace)")
+            lines.append(f"examples = [{{ args = {_toml(d.example)} }}]  # TODO: a real call")
         lines.append("")
     return "\n".join(lines)
