@@ -120,12 +120,13 @@ def test_a_researchers_own_comparisons_run_analyze_and_report_alone(tmp_path: Pa
     assert "## Comparisons: primary" in md and "paper (reference)" not in md and "Table 3" not in md
     assert "graph_key_duplicates" in md and "discovery_context" not in md and "Not computed" not in md
     assert _tree_hash(SHIPPED) == before  # nothing shipped was edited
-    _the_experiment_page_opens_on_them(home / "out", named, tmp_path)
+    experiment_page_opens_on(home / "out", named, tmp_path, 9, "@modelcontextprotocol/server-memory 2026.8.31")
 
 
-def _the_experiment_page_opens_on_them(out: Path, named: list[str], tmp_path: Path) -> None:
-    """In a real browser, the static bundle's Experiment page: the experiment's family first, its two comparisons
-    alone in it (no paper comparison, no empty row), above the pending tuples; no text over other text."""
+def experiment_page_opens_on(out: Path, named: list[str], tmp_path: Path, servers: int, server: str) -> None:
+    """In a real browser, the static bundle's Experiment page: the experiment's family first, its comparisons
+    alone in it (no paper comparison, no empty row), above the pending tuples; no text over other text; the runs
+    table names the server each of its `servers` rows ran."""
     from test_viewer_browser import CHROMIUM, OVERLAPS_JS, open_page, playwright_api
 
     from aft_bench.viewer.bundle import write_bundle
@@ -153,8 +154,7 @@ def _the_experiment_page_opens_on_them(out: Path, named: list[str], tmp_path: Pa
                 if width == 1280:  # the runs table names the server that ran each row
                     open_page(pg, (tmp_path / "site" / "index.html").as_uri() + "#/runs")
                     cells = pg.locator("[data-testid=runs] td[data-col=server]")
-                    assert cells.count() == 9 and set(cells.all_inner_texts()) == {
-                        "@modelcontextprotocol/server-memory 2026.8.31"}
+                    assert cells.count() == servers and set(cells.all_inner_texts()) == {server}
                 pg.close()
         finally:
             browser.close()

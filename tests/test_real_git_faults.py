@@ -73,3 +73,6 @@ def _its_three_comparisons_are_the_answer(out: Path) -> None:
     section = md.split("## Comparisons: primary", 1)[1].split("\n## ", 1)[0]
     rows = [x for x in section.splitlines() if x.startswith("| gateway_")]
     assert [r.split("|")[1].strip() for r in rows] == three and "paper (reference)" not in section
+    from test_own_comparisons import experiment_page_opens_on
+
+    experiment_page_opens_on(out, three, out.parent, servers=30, server="mcp-server-git 2026.10.19")
