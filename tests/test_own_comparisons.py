@@ -177,3 +177,38 @@ def test_what_the_researchers_comparisons_name_is_checked_against_what_the_run_s
                                                                           'test = "two_sided"\nfamily = "primary"', 1))
     old = _cli("validate", "graph.toml", cwd=home)
     assert old.returncode == 2 and "[experiment.families]" in old.stderr
+
+
+CLIENT = """
+import asyncio, os
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    async with streamable_http_client(os.environ["AFT_BENCH_MCP_URL"]) as (r, w, *_), ClientSession(r, w) as s:
+        await s.initialize()
+        await s.list_tools()
+        await s.call_tool("report_outcome", {"action": "escalate", "claim": "unknown"})
+
+asyncio.run(main())
+"""
+
+
+def test_serve_matrix_serves_the_researchers_own_worlds_and_records_their_plan(tmp_path: Path) -> None:
+    """The same config played by an external MCP client: each tuple's server sees the config's own worlds beside
+    the shipped ones, and the served folder's manifest carries the config's comparisons, so `analyze` computes
+    those two and nothing else."""
+    home = _own_folder(tmp_path)
+    (home / "graph.toml").write_text((home / "graph.toml").read_text() + "tasks_per_workload = 1\n")
+    (home / "client.py").write_text(CLIENT)
+    done = _cli("serve-matrix", "graph.toml", "--out", "served", "--agent", "escalator",
+                "--client-cmd", f"{sys.executable} client.py", cwd=home)
+    assert done.returncode == 0, done.stdout[-800:] + done.stderr[-800:]
+    assert done.stdout.count("recorded as run") == 3  # one task under GW-key, GW-verify and GW-bare
+    manifest = json.loads((home / "served" / "manifest.json").read_text())
+    assert [c["id"] for c in manifest["comparisons"]] == ["graph_key_duplicates", "graph_verify_claims"]
+    analyzed = _cli("analyze", "served", cwd=home)
+    assert analyzed.returncode == 0, analyzed.stderr
+    lines = analyzed.stdout.splitlines()
+    assert lines[0] == "primary: Holm across its 2 comparisons"
+    assert [x.split()[0] for x in lines[3:5]] == ["graph_key_duplicates", "graph_verify_claims"]

@@ -54,16 +54,17 @@ def cmd_serve(args: argparse.Namespace, worlds: Path) -> int:
 
         die_with_parent(signal.SIGUSR1)
     target = Target(args.workload, args.task, args.condition, args.fault, args.seed, args.backend, args.catalog_size)
+    extra = _also_worlds(args)
     if args.show_task:
-        print(task_text(target, worlds))
+        print(task_text(target, worlds, extra))
         return 0
     if args.out is None:
         raise InputError("--out", "--out", None, "serve records its episode: give --out DIR")
     if args.client_config:
-        Served(target, worlds, None, _agent_options(args))  # a config that would fail at connect is refused now
+        Served(target, worlds, None, _agent_options(args), extra)  # a config that would fail at connect: refused now
         print(json.dumps(client_config(args, worlds), indent=2))
         return 0
-    served = Served(target, worlds, None, _agent_options(args))  # every flag checked before anything is created
+    served = Served(target, worlds, None, _agent_options(args), extra)  # every flag checked before anything is made
     served.record_at = args.record_at
     sock = listen(args.host, args.port) if args.transport == "http" else None  # and the port is ours
     warm()  # the tokenizer (litellm, ~2 s to import) before the client's first request, not during it
@@ -142,6 +143,13 @@ async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any
         await served.finish()
 
 
+def _also_worlds(args: argparse.Namespace) -> tuple[Path, ...]:
+    """`--also-worlds` folders (each must exist), absolute."""
+    from aft_bench.common.files import input_dir
+
+    return tuple(input_dir(Path(x), "--also-worlds").resolve() for x in getattr(args, "also_worlds", None) or ())
+
+
 def client_config(args: argparse.Namespace, worlds: Path) -> dict[str, Any]:
     """The `mcpServers` entry a desktop or command-line agent needs to launch this server over stdio: absolute
     paths throughout, so it works from whatever folder the client starts it in and without `aft-bench` on PATH."""
@@ -151,6 +159,7 @@ def client_config(args: argparse.Namespace, worlds: Path) -> dict[str, Any]:
              "--worlds", str(worlds.resolve())]
     serve += ["--fault", args.fault] if args.fault else []
     serve += ["--catalog-size", str(args.catalog_size)] if args.catalog_size is not None else []
+    serve += [x for d in _also_worlds(args) for x in ("--also-worlds", str(d))]
     serve += [f"--{k.replace('_', '-')}={v}" for k, v in _agent_options(args).items()]
     return {"mcpServers": {"aft-bench": {"command": str(exe), "args": serve}}}
 
@@ -168,9 +177,6 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
 
     command = _client_command(args.client_cmd, args.shell)  # before anything is created
     matrix = load_matrix(args.config, worlds, served=True)
-    if matrix.experiment.worlds:
-        raise InputError(args.config, "experiment.worlds", list(matrix.experiment.worlds),
-                         "serve-matrix serves the worlds of --worlds only; put the config's worlds there")
     flags = _agent_options(args)
     configured = [{k: v for k, v in AgentSpec.parse(c.agent_spec).params.items() if (k, v) != ("agent", "unknown")}
                   for c in matrix.cells if c.agent == "mcp"]  # an unnamed agent is named by its handshake
@@ -197,7 +203,7 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
             target = Target(wl, task, cond, fault, seed, backend, size)
             name = f"{wl}/{task} {cond} {fault} seed {seed} rep {rep}" + (f" [{options['agent']}]" if "agent" in options else "")
             if "agent" in options:
-                key = Served(target, worlds, None, options).key(options["agent"])
+                key = Served(target, worlds, None, options, matrix.extra_worlds).key(options["agent"])
                 done = sum(1 for r in recorded_rows if all(r.get(k) == v for k, v in key.items()))
                 if done > rep:
                     skipped += 1
@@ -206,8 +212,8 @@ def cmd_serve_matrix(args: argparse.Namespace, worlds: Path) -> int:
             logs.mkdir(parents=True, exist_ok=True)
             stem = logs / f"{n:04d}-{wl}-{task}-{cond}-{fault}-s{seed}-r{rep}"
             t_tuple = time.monotonic()
-            ok, why, detail = _play_tuple(exe, target, options, out, worlds, command, args, stem,
-                                          ready_wait(starts))
+            ok, why, detail = _play_tuple(exe, target, options, out, (worlds, *matrix.extra_worlds), command, args,
+                                          stem, ready_wait(starts))
             froze += detail.pop("froze_its_list")
             started = detail.pop("ready_s")
             starts += [started] if started is not None else []
@@ -257,7 +263,7 @@ def ready_wait(seen: list[float]) -> float:
     return float(fixed) if fixed else max(READY_MIN_S, 10 * max(seen, default=0.0))
 
 
-def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, worlds: Path, command: Any,
+def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, folders: tuple[Path, ...], command: Any,
                 args: argparse.Namespace, stem: Path, ready_s: float) -> tuple[bool, str, dict[str, Any]]:
     """One tuple: a fresh server, the client, then the server told to record (client ended well) or to abandon
     (it failed). Returns (recorded, run id or why not, details for failures.jsonl). A server not ready within
@@ -268,8 +274,9 @@ def _play_tuple(exe: str, target: Any, options: dict[str, Any], out: Path, world
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
     cmd = [exe, "serve", "--workload", target.workload, "--task", target.task_id, "--condition", target.condition,
            "--fault", target.fault, "--seed", str(target.seed), "--backend", target.backend, "--transport", "http",
-           "--port", str(port), "--out", str(out), "--worlds", str(worlds), "--record-at", "stop", *flags] + (
-        ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else [])
+           "--port", str(port), "--out", str(out), "--worlds", str(folders[0]), "--record-at", "stop", *flags] + (
+        ["--catalog-size", str(target.catalog_size)] if target.catalog_size is not None else []) + [
+        x for d in folders[1:] for x in ("--also-worlds", str(d))]  # a config's own worlds, beside --worlds
     server_log, client_log = stem.with_suffix(".server.log"), stem.with_suffix(".client.log")
     slog = RedactedLog(server_log)  # an agent or a server that prints a key: the key stops at the log
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slog.fd, text=True,
@@ -384,6 +391,9 @@ def add_parsers(sub: Any, worlds_dir: Any) -> None:
     sv.add_argument("--port", type=PORT, default=8765)
     sv.add_argument("--out", help="results directory receiving the episode (several served episodes may share one)")
     sv.add_argument("--worlds", help="worlds directory (default: ./worlds)")
+    sv.add_argument("--also-worlds", action="append", metavar="DIR",
+                    help="another worlds folder whose workloads are served beside --worlds' (a config's own worlds; "
+                    "repeatable)")
     sv.add_argument("--show-task", action="store_true", help="print the task as the agent sees it and exit")
     sv.add_argument("--record-at", choices=["session-end", "stop"], default="session-end",
                     help="when the episode's row is written: when the owning session ends (session-end, the default; "

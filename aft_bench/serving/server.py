@@ -126,12 +126,13 @@ class Served:
     """One served episode: started by the owner's first request, recorded when its session ends."""
 
     def __init__(self, target: Target, worlds_dir: Path, directory: ServedDirectory | None = None,
-                 agent: dict[str, Any] | None = None) -> None:
+                 agent: dict[str, Any] | None = None, extra_worlds: tuple[Path, ...] = ()) -> None:
+        """`extra_worlds`: folders whose workloads are served beside `worlds_dir`'s (a config's own worlds)."""
         self.target = target
         self.directory = directory
         self.options = {k: v for k, v in (agent or {}).items() if v is not None}
         self.form = mcp_params(self.options).discovery_form  # validated now: a bad flag fails before serving
-        self.ctx = SimpleNamespace(workloads=load_workloads(worlds_dir), conditions=load_conditions())
+        self.ctx = SimpleNamespace(workloads=load_workloads(worlds_dir, extra_worlds), conditions=load_conditions())
         wl = self.ctx.workloads.get(target.workload, "--workload", "--workload")
         task = next((t for t in wl.tasks if t.id == target.task_id), None)
         if task is None:
@@ -586,6 +587,6 @@ def http_app(served: Served, server: Any, host: str) -> Any:
     return app
 
 
-def task_text(target: Target, worlds_dir: Path) -> str:
+def task_text(target: Target, worlds_dir: Path, extra_worlds: tuple[Path, ...] = ()) -> str:
     """The task as the served agent sees it (the `task` prompt), without starting anything."""
-    return Served(target, worlds_dir).prompt_text()
+    return Served(target, worlds_dir, extra_worlds=extra_worlds).prompt_text()
