@@ -26,8 +26,13 @@ CASES = {  # ECHO_BAD -> what the line names
     "error-code-string": "an error whose code is 'oops', not an integer",
     "error-code-null": "an error whose code is None, not an integer",
     "result-list": "answered tools/call with a result that is not an object",
+    # JSON that parses but that no writer of evidence could keep (the rerun's call.* cases: internal errors)
+    "nan-answer": "holds NaN, which JSON does not have",
+    "surrogate-answer": "holds text that is not valid Unicode",
+    "deep-struct": "JSON nested more than 200 levels deep",
 }
-DURING = {"content", "error-code-string", "error-code-null", "result-list"}  # broken only when a tool is called
+DURING = {"content", "error-code-string", "error-code-null", "result-list", "nan-answer", "surrogate-answer",
+          "deep-struct"}  # broken only when a tool is called
 
 
 def _world(tmp_path: Path, bad: str) -> Path:
@@ -92,3 +97,42 @@ def test_an_http_server_that_never_stops_or_sends_too_much_is_one_line(mode: str
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "world 'hostile'" in done.stderr and said in done.stderr, done.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_a_credential_in_what_a_server_calls_itself_is_shown_nowhere(tmp_path: Path) -> None:
+    """The scorecard prints and writes what the server said (its info in the card's header): redacted, as `run`
+    redacts it (the rerun's secret.server-info.scorecard printed the key)."""
+    folder = _world(tmp_path, "info-secret")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "scorecard", str(folder), "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = "".join(p.read_text() for p in out.iterdir())
+    assert "sk-canary" not in done.stdout + done.stderr + written
+    assert "echo" in done.stdout or "echo" in written  # the rest of what it said is still there
+
+
+@pytest.mark.parametrize(("field", "line", "said"), [
+    ("server.url", 'url = "http://127.0.0.1:1@127.0.0.2:{port}/mcp"', "http://127.0.0.1:PORT/"),
+    ("server.url", 'url = "http://127.0.0.1.evil.example:{port}/mcp"', "should match pattern"),
+    ("server.command.1", 'command = ["python3", "a\\u0000b"]', "a NUL character cannot be passed"),
+    ("server.env.A=B", 'env = { "A=B" = "1" }', "an environment variable's name has no '='"),
+    ("id", None, "should match pattern"),
+])
+def test_a_world_file_a_process_cannot_be_given_is_bad_input(field: str, line: str | None, said: str,
+                                                             tmp_path: Path) -> None:
+    """What a server could never be started with, or an endpoint that reaches beyond 127.0.0.1 through a user part
+    of the URL (the rerun's http.url-userinfo-other-host posted 51 times to 127.0.0.2): exit 2 naming the field."""
+    folder = tmp_path / "w"
+    folder.mkdir()
+    ident = "x" * 65 if line is None else "h"
+    server = f'[server]\npackage = "p"\nversion = "1"\n'
+    server += (line + "\n") if line is not None and not line.startswith("command") else ""
+    command = line if line is not None and line.startswith("command") else 'command = ["python3", "-c", "pass"]'
+    (folder / "world.toml").write_text(f'kind = "{"mcp_http" if "url" in field else "mcp_stdio"}"\nid = "{ident}"\n'
+                                       f'{server}{command}\n[probe]\nbuiltin = "folder"\n'
+                                       '[tools.echo]\neffect = "read"\n')
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", str(folder)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"field '{field}'" in done.stderr and said in done.stderr, done.stderr

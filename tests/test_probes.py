@@ -164,7 +164,11 @@ def test_a_failing_probe_names_its_field_and_shows_its_stderr_redacted(tmp_path:
 @pytest.mark.parametrize(("text", "said"), [
     (b'{"type": "entity", "name": "A"}\n[1, 2]\n', "memory.jsonl line 2 is not an object"),
     (b'{"type": "entity", "name": "A"\n', "memory.jsonl line 1 is not JSON"),
-    (b"[" * 100000 + b"]" * 100000 + b"\n", "memory.jsonl line 1 is not JSON"),
+    (b"[" * 100000 + b"]" * 100000 + b"\n", "memory.jsonl line 1: JSON nested too deep to read (200000 bytes)"),
+    # JSON that parses but that no writer of evidence could keep (issue 48's rerun): each is the probe's failure
+    (b"[" * 300 + b"]" * 300 + b"\n", "memory.jsonl line 1: JSON nested more than 200 levels deep"),
+    (b'{"type": "entity", "name": "\\ud800"}\n', "memory.jsonl line 1: holds text that is not valid Unicode"),
+    (b'{"type": "entity", "name": "A", "n": NaN}\n', "memory.jsonl line 1: holds NaN, which JSON does not have"),
 ])
 def test_a_damaged_jsonl_resource_is_an_error_naming_the_file_and_line(text: bytes, said: str,
                                                                        tmp_path: Path) -> None:
@@ -182,3 +186,67 @@ def test_odd_but_readable_jsonl_lines_are_read_as_they_are(tmp_path: Path) -> No
     (tmp_path / "memory.jsonl").write_bytes(b'{"type": "entity", "name": "A\xff", "observations": 3}\n')
     ents = probe(Probe(builtin="jsonl_graph", path="memory.jsonl"), tmp_path, {}, "w")["records"]["entities"]
     assert ents == {"A\ufffd": {"name": "A\ufffd", "entityType": None, "observations": 3}}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+@pytest.mark.parametrize("builtin", ["jsonl", "jsonl_graph", "sqlite", "folder"])
+def test_a_fifo_or_folder_where_the_probe_reads_a_file_fails_it_at_once(kind: str, builtin: str,
+                                                                        tmp_path: Path) -> None:
+    """A server that leaves a FIFO where its state file goes would block the reader forever (the rerun's
+    probe.fifo-* hung 120 s); a folder there crashed it. Each is the probe's failure naming the file, at once."""
+    import os
+    import time
+
+    name = "app.db" if builtin == "sqlite" else "notes.txt" if builtin == "folder" else "memory.jsonl"
+    os.mkfifo(tmp_path / name) if kind == "fifo" else (tmp_path / name).mkdir()
+    t0 = time.monotonic()
+    if builtin == "folder":  # the folder probe over one named file: a FIFO is no file (none yet), a folder neither
+        snap = probe(Probe(builtin="folder", path=name), tmp_path, {}, "w")
+        assert snap == {"records": {"files": {}}} if kind == "fifo" else snap["records"]["files"] == {}
+    else:
+        with pytest.raises(ResourceFailed) as err:
+            probe(Probe(builtin=builtin, path=name), tmp_path, {}, "w")
+        what = "a FIFO" if kind == "fifo" else "a folder"
+        assert str(err.value) == f"world 'w': probe failed: {name} is {what}, not a file the probe can read"
+    assert time.monotonic() - t0 < 5
+
+
+def test_the_git_probe_runs_nothing_the_repository_configures_and_reads_only_its_own_git_folder(
+        tmp_path: Path) -> None:
+    """A repository a server wrote may configure programs git would run while it is read (an fsmonitor hook, a
+    clean filter) or point its .git elsewhere (a gitdir file to a repository of the user's): the probe runs none
+    of them and refuses the second; a commit message holding the log's old record separator is read whole."""
+    import subprocess
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitattributes").write_text("*.txt filter=evil\n")
+    subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", "first\x1esecond half"], check=True)
+    ran = tmp_path / "ran"
+    hook = f"sh -c 'touch {ran}'"
+    with open(repo / ".git" / "config", "a") as fh:
+        fh.write(f'[core]\n\tfsmonitor = "{hook}"\n[filter "evil"]\n\tclean = {hook}\n')
+    (repo / "a.txt").write_text("two\n")  # a changed file: status would run its clean filter
+    snap = probe(Probe(builtin="git"), repo, {}, "g")
+    assert not ran.exists()  # neither the hook nor the filter ran
+    (msg,) = [c["message"] for c in snap["records"]["commits"].values()]
+    assert msg == "first\x1esecond half"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    with pytest.raises(ResourceFailed, match="^world 'g': probe failed: .git is not a folder in the resource"):
+        probe(Probe(builtin="git"), other, {}, "g")
+
+
+def test_a_resource_folder_replaced_by_a_link_is_read_no_further(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "memory.jsonl").write_text('{"type": "entity", "name": "secret-of-the-user"}\n')
+    root = tmp_path / "root"
+    root.symlink_to(outside)
+    with pytest.raises(ResourceFailed, match="replaced by a link"):
+        probe(Probe(builtin="jsonl_graph", path="memory.jsonl"), root, {}, "m")

@@ -168,9 +168,14 @@ def live_check(world: Any, path: Path, examples: bool = False) -> str:
 def _measure(world: Any, path: Path, quiet: bool) -> dict[str, Any]:
     from aft_bench.scorecard.card import measure
 
+    from aft_bench.common.secrets import redact, redacted_dumps
+
     live_check(world, path)
-    say = None if quiet else (lambda s: print(f"scorecard {world.id} {world.server.version}: {s}", file=sys.stderr))
-    return measure(world, progress=say).to_dict()
+    say = None if quiet else (lambda s: print(redact(f"scorecard {world.id} {world.server.version}: {s}"),
+                                              file=sys.stderr))
+    # what the server said (its info, its answers) may hold a credential: the card is redacted once, here, so no
+    # table, file or gate line shows one
+    return json.loads(redacted_dumps(measure(world, progress=say).to_dict()))
 
 
 def cmd_scorecard(args: argparse.Namespace) -> int:
@@ -192,7 +197,9 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
         card = _measure(world, path, args.quiet)
         other = _measure(world.with_version(args.against), path, args.quiet) if args.against else None
     except WorldFailed as exc:
-        print(f"aft-bench: {exc}", file=sys.stderr)
+        from aft_bench.common.secrets import redact
+
+        print(redact(f"aft-bench: {exc}"), file=sys.stderr)
         return 1
     if args.json:  # the card (and with --against the other and what changed) as JSON on stdout, for scripts
         doc = card if other is None else {"card": card, "against": other, "changes": compare(other, card)}
@@ -293,9 +300,9 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     command = _absolute_args([c for c in args.command if c != "--"])
     if not command:
         raise InputError("init-world", "COMMAND", "", "give the server's command after --")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name) or set(args.name) == {"."}:
-        raise InputError("init-world", "NAME", args.name, "a world's id is letters, digits, '_', '.' and '-' (it "
-                         "names a folder under --worlds)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", args.name) or set(args.name) == {"."}:
+        raise InputError("init-world", "NAME", args.name, "a world's id is 1 to 64 letters, digits, '_', '.' and '-' "
+                         "(it names a folder under --worlds)")
     # the draft goes where the help says: --into, else --worlds/NAME, else ./worlds/NAME under the current folder
     # (never into the project's own worlds/, wherever the command is run from)
     base = Path(args.worlds) if args.worlds else Path.cwd() / "worlds"
@@ -316,6 +323,7 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     installed = install.identify([expand(c, Path("/nonexistent-aft-root"), "", target) for c in command])
     probe = pick_probe(command, installed[0] if installed else None)
     made = not target.exists()
+    first = next((d for d in reversed([target, *target.parents]) if not d.exists()), None)  # the outermost made
     target.mkdir(parents=True, exist_ok=True)
     try:
         write_atomic(target / WORLD_FILE, draft(args.name, command, listed, info, installed, probe, {}))
@@ -323,8 +331,8 @@ def cmd_init_world(args: argparse.Namespace) -> int:
         text = draft(args.name, command, listed, info, installed, probe, measured)
         write_atomic(target / WORLD_FILE, text)
     except BaseException:
-        if made:
-            shutil.rmtree(target, ignore_errors=True)
+        if made:  # every folder this made, ./worlds too when it made that (nothing left of a failed draft)
+            shutil.rmtree(first or target, ignore_errors=True)
         else:
             (target / WORLD_FILE).unlink(missing_ok=True)
         raise

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aft_bench.common.datafile import validate
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import read_json, write_atomic
+from aft_bench.common.lifetime import pid_namespace
 from aft_bench.common.secrets import redact, redacted_dumps
 from aft_bench.interface.ranking import Candidate
 from aft_bench.interface.router import Router
@@ -87,8 +88,10 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
 
     async def listing(errlog: Any) -> tuple[str, list[Any]]:
         # started through the lifetime launcher: the server gets SIGTERM when this process dies, however it dies
-        # (a SIGTERM'd import once left its stdio server running for 43 minutes)
-        lifetime = [sys.executable, "-m", "aft_bench.common.lifetime"]
+        # (a SIGTERM'd import once left its stdio server running for 43 minutes); and as the first process of a PID
+        # namespace of its own where the machine allows one, so what it started in sessions of its own, or a server
+        # that ignores SIGTERM, dies with it (unshare gets the SIGTERM and kills its child)
+        lifetime = [sys.executable, "-m", "aft_bench.common.lifetime", *pid_namespace()]
         target: Any = url if cmd is None else stdio_client(StdioServerParameters(command=lifetime[0],
                                                                                  args=[*lifetime[1:], *argv]),
                                                            errlog=errlog)
@@ -115,7 +118,8 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
                              f"{'; it said: ' + said if said else ''})") from None
     cards, skipped, seen = [], [], set()
     for t in tools:
-        if not re.fullmatch(TOOL_NAME, t.name) or t.name in seen:
+        # a name shaped like a credential would be written redacted, and no longer a name: not imported either
+        if not re.fullmatch(TOOL_NAME, t.name) or t.name in seen or redact(t.name) != t.name:
             skipped.append(t.name)
             continue
         seen.add(t.name)

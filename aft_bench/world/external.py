@@ -71,6 +71,12 @@ class Server(_Strict):
     def _fork_stdio(self) -> Server:
         if self.fork is not None and self.url is not None:
             raise FieldProblem("fork", self.fork.entry, "the forked launcher starts stdio servers, not HTTP ones")
+        if self.url is not None:
+            _loopback(self.url)
+        for i, arg in enumerate(self.command):
+            if "\0" in arg:
+                raise FieldProblem(f"command.{i}", arg, "a NUL character cannot be passed to a program")
+        _env_ok(self.env, "env")
         return self
 
     def launch(self, root: Path, folder: Path | None = None) -> tuple[str, str, tuple[str, ...]] | None:
@@ -84,6 +90,27 @@ class Server(_Strict):
 
     def environment(self, root: Path, port: int | None = None, folder: Path | None = None) -> dict[str, str]:
         return {k: _port(expand(v, root, self.version, folder), port) for k, v in self.env.items()}
+
+
+def _loopback(url: str) -> None:
+    """A server URL that can only reach 127.0.0.1: no user part (`http://127.0.0.1:1@elsewhere/` reaches elsewhere),
+    the host exactly 127.0.0.1, a port that is a number or `{port}`."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.replace("{port}", "1"))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or "@" in parts.netloc or parts.hostname != "127.0.0.1" or port is None:
+        raise FieldProblem("url", url, "the server's endpoint is http://127.0.0.1:PORT/... ({port}: a free one)")
+
+
+def _env_ok(env: dict[str, str], field: str) -> None:
+    """Environment variables a process can be given: a name without '=' or NUL, a value without NUL."""
+    for k, v in env.items():
+        if not k or "=" in k or "\0" in k or "\0" in v:
+            raise FieldProblem(f"{field}.{k}", v, "an environment variable's name has no '=' or NUL, its value no NUL")
 
 
 class Fixture(_Strict):
@@ -102,6 +129,9 @@ class Fixture(_Strict):
         for i, cmd in enumerate(self.commands):
             if not cmd:
                 raise FieldProblem(f"commands.{i}", "[]", "a command names a program")
+            if any("\0" in a for a in cmd):
+                raise FieldProblem(f"commands.{i}", list(cmd), "a NUL character cannot be passed to a program")
+        _env_ok(self.env, "env")
         return self
 
 
@@ -225,7 +255,7 @@ class ExternalWorld(_Strict):
     """An external MCP server as a world (`kind = "mcp_stdio"`)."""
 
     kind: Literal["mcp_stdio", "mcp_http"]
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # it names scratch folders and files
     description: str = ""
     server: Server
     fixture: Fixture = Fixture()

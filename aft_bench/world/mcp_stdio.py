@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from aft_bench.common import untrusted_json
 from aft_bench.common.lifetime import contained, die_with_parent
 from aft_bench.common.secrets import redact
 from aft_bench.world.launcher import ForkedProcess, LaunchFailed, launcher
@@ -111,11 +112,12 @@ def rpc_error(err: Any) -> _RpcError:
 
 
 def loads(data: str | bytes) -> Any:
-    """JSON from a server: nesting too deep to read is a malformed answer, not a crash."""
+    """JSON from a server: what is not JSON, or holds NaN, a lone surrogate or nesting too deep for the rest of
+    the harness to read, is a malformed answer, not a crash."""
     try:
-        return json.loads(data)
-    except RecursionError:
-        raise malformed(f"JSON nested too deep to read ({len(data)} bytes)") from None
+        return untrusted_json.parse(data)
+    except untrusted_json.UntrustedJson as exc:
+        raise malformed(str(exc)) from None
 
 
 class Connection:

@@ -10,14 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from aft_bench.common import untrusted_json
 from aft_bench.common.canonical import canonical_json
+from aft_bench.common.lifetime import contained
 from aft_bench.common.scratch import scratch_dir
 from aft_bench.world.external import ExternalWorld, Probe, expand
 
@@ -110,7 +114,10 @@ def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: P
 
 
 def inside(root: Path, rel: str) -> Path:
-    """`root/rel`, refused where it leaves the resource (a symlink a server planted to a file of the user's)."""
+    """`root/rel`, refused where it leaves the resource (a symlink a server planted to a file of the user's, or the
+    resource folder itself replaced by one)."""
+    if os.path.islink(root) or Path(os.path.realpath(root)) != Path(os.path.realpath(root.parent)) / root.name:
+        raise ResourceFailed("the resource folder was replaced by a link to somewhere else")
     base = Path(os.path.realpath(root))
     target = Path(os.path.realpath(base / rel))
     if target != base and base not in target.parents:
@@ -143,13 +150,21 @@ def _command_probe(spec: Probe, root: Path, env: dict[str, str], folder: Path | 
     if done.returncode != 0:
         raise ResourceFailed(f"{argv[0]!r} exited {done.returncode}: {_stderr(done.stderr)}")
     try:
-        return json.loads(done.stdout)
+        return untrusted_json.parse(done.stdout)
+    except untrusted_json.UntrustedJson as exc:
+        raise ResourceFailed(f"{argv[0]!r} printed JSON the harness cannot keep: {exc}") from None
     except ValueError:
         head = done.stdout[:60].decode(errors="replace")
         raise ResourceFailed(f"{argv[0]!r} printed something other than JSON: {head!r}") from None
 
 
-GIT = ("git", "-c", "safe.directory=*", "-c", "core.quotepath=off")
+# git reading a repository a server wrote: nothing of the repository's own configuration may run a program (an
+# fsmonitor hook, an external diff, a text conversion, a filter: each would run with the user's rights, outside
+# the server's namespace) and no system or user configuration changes what is read
+GIT = ("git", "-c", "safe.directory=*", "-c", "core.quotepath=off", "-c", "core.fsmonitor=false",
+       "-c", "diff.external=", "--no-optional-locks")
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+           "GIT_OPTIONAL_LOCKS": "0"}
 
 
 def _git(root: Path, env: dict[str, str], timeout: float, *args: str) -> str:
@@ -161,10 +176,13 @@ def _gits(root: Path, env: dict[str, str], timeout: float, *commands: Sequence[s
     return their outputs in order; the first that fails or overruns `timeout` fails the probe."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
+        filters = _filters(root)
         for args in commands:
             try:
-                procs.append(subprocess.Popen([*GIT, *args], cwd=root, env={**os.environ, **env},
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                argv, fds = contained([*GIT, *filters, *args])  # what git might still start dies with it
+                procs.append(subprocess.Popen(argv, cwd=root, env={**os.environ, **env, **GIT_ENV, "GIT_DIR":
+                                                                   str(root / ".git"), "GIT_WORK_TREE": str(root)},
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds))
             except OSError as exc:
                 raise ResourceFailed(f"git {args[0]}: {exc}") from None
         deadline = time.monotonic() + timeout
@@ -193,9 +211,10 @@ def _head(root: Path, env: dict[str, str], timeout: float, branches: dict[str, d
           has_commits: bool) -> dict[str, Any]:
     """HEAD's branch (None when detached) and commit, read from the repository's HEAD file where it is the plain
     form (`ref: refs/heads/NAME` or a commit id), else with `git rev-parse`."""
-    try:
-        text = (root / ".git" / "HEAD").read_text(encoding="utf-8").strip()
-    except OSError:
+    try:  # git itself reads it by the same rules (a FIFO there fails the probe, never blocks it)
+        text = (root / ".git" / "HEAD").read_text(encoding="utf-8").strip() if regular(root / ".git" / "HEAD") \
+            else ""
+    except (OSError, UnicodeDecodeError):
         text = ""
     if text.startswith("ref: refs/heads/"):
         name = text.removeprefix("ref: refs/heads/")
@@ -218,21 +237,43 @@ def _file_record(p: Path) -> dict[str, Any]:
     return rec
 
 
+def _filters(root: Path) -> list[str]:
+    """`-c` options that empty every clean, smudge and process filter the repository's own config names (a status
+    would run them on changed files); its config is read as text, never run."""
+    try:
+        text = (root / ".git" / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out: list[str] = []
+    for name in sorted(set(re.findall(r'^\s*\[\s*filter\s+"([^"\n]*)"\s*\]', text, re.M | re.I))):
+        for key in ("clean", "smudge", "process"):
+            out += ["-c", f"filter.{name}.{key}="]
+    return out
+
+
+LOG_END = "\x00\x1e\x00"  # after each commit of the log: a message never holds a NUL, so never this
+
+
 def probe_git(root: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:
     """Commits reachable from any ref (message, tree, parents, whether it changed nothing), branches, HEAD, the
-    index's staged paths and the work tree's files, read with git plumbing."""
+    index's staged paths and the work tree's files, read with git plumbing. The repository is the folder's own
+    `.git` folder: a `.git` file or link pointing elsewhere (a server's way to make the probe read another
+    repository of the user's) fails the probe."""
+    dot = root / ".git"
+    if dot.is_symlink() or (dot.exists() and not dot.is_dir()):
+        raise ResourceFailed(".git is not a folder in the resource (a link or a gitdir file leads elsewhere)")
     commits: dict[str, dict[str, Any]] = {}
     log, refs, cached, listed = _gits(
-        root, env, timeout, ("log", "--all", "--format=%H%x00%T%x00%P%x00%B%x1e"),
+        root, env, timeout, ("log", "--all", "--no-ext-diff", "--no-textconv", "--format=%H%x00%T%x00%P%x00%B%x00%x1e%x00"),
         ("for-each-ref", "--format=%(refname:short)%00%(objectname)", "refs/heads"),
         ("diff", "--cached", "--name-status", "-z"), ("ls-files", "-z", "--cached", "--others", "--exclude-standard"))
     trees: dict[str, str] = {}
     rows = []
-    for entry in log.split("\x1e"):
+    for entry in log.split(LOG_END):
         entry = entry.strip("\n")
         if not entry:
             continue
-        sha, tree, parents, body = entry.split("\x00", 3)
+        sha, tree, parents, body = (entry.split("\x00", 3) + ["", "", ""])[:4]
         trees[sha] = tree
         rows.append((sha, tree, parents.split(), body.strip()))
     for sha, tree, parents, body in rows:
@@ -301,7 +342,7 @@ def probe_sqlite(path: Path, env: dict[str, str], timeout: float, spec: Probe | 
     import sqlite3
 
     records: dict[str, dict[str, Any]] = {"sqlite_master": {}}
-    if not path.exists():
+    if not regular(path):
         return {"records": records}
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
@@ -339,17 +380,34 @@ LINE_KEYS = ("id", "name", "key", "uuid")
 def _json_lines(path: Path) -> list[tuple[int, Any]]:
     """(line number, value) of each non-blank line of a JSON-lines file (none if it does not exist yet); a line
     that is not JSON, or nested too deep to read, fails the probe naming the file and the line."""
-    if not path.exists():
+    if not regular(path):
         return []
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append((n, json.loads(line)))
-        except (ValueError, RecursionError):
+            out.append((n, untrusted_json.parse(line)))
+        except untrusted_json.UntrustedJson as exc:
+            raise ResourceFailed(f"{path.name} line {n}: {exc}") from None
+        except ValueError:
             raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
     return out
+
+
+def regular(path: Path) -> bool:
+    """Whether `path` is a regular file to read (False: there is none yet); anything else a server may have left
+    there (a FIFO, which would block the reader forever, a device, a folder) fails the probe naming it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ResourceFailed(f"{path.name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ResourceFailed(f"{path.name} is {kind}, not a file the probe can read")
+    return True
 
 
 def probe_jsonl(path: Path, env: dict[str, str], timeout: float, spec: Probe | None = None) -> dict[str, Any]:

@@ -41,6 +41,17 @@ def bad(method, result):
         return {"content": "appended", "isError": "no"}
     if BAD == "result-list" and method == "tools/call":
         return [1, 2]
+    if BAD == "nan-answer" and method == "tools/call":  # json.dumps writes NaN, which JSON does not have
+        return dict(result, structuredContent={"n": float("nan")})
+    if BAD == "surrogate-answer" and method == "tools/call":  # "\ud800": text no UTF-8 writer can write
+        return dict(result, content=[{"type": "text", "text": "\ud800"}])
+    if BAD == "deep-struct" and method == "tools/call":
+        deep = []
+        for _ in range(300):
+            deep = [deep]
+        return dict(result, structuredContent={"v": deep})
+    if BAD == "info-secret" and method == "initialize":  # a credential in what the server calls itself
+        return dict(result, serverInfo={"name": "echo sk-canary0123456789abcdef0123", "version": "1"})
     return result
 
 
