@@ -80,6 +80,7 @@ HTTP = Path(__file__).parent / "data" / "hostile_http.py"
 @pytest.mark.parametrize(("mode", "said"), [
     ("endless", "no complete answer within 3 s (the server kept sending)"),
     ("huge", "the server sent a malformed answer: an answer longer than 16 MB"),
+    ("bad-chunked", "broke its answer to tools/list"),  # the rerun's http.bad-chunked: an internal error
 ])
 def test_an_http_server_that_never_stops_or_sends_too_much_is_one_line(mode: str, said: str,
                                                                         tmp_path: Path) -> None:
@@ -136,3 +137,33 @@ def test_a_world_file_a_process_cannot_be_given_is_bad_input(field: str, line: s
                           text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"field '{field}'" in done.stderr and said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    ('{"type": "object", "properties": {"text": {"$ref": "#/properties/text"}}}', "cannot be checked against"),
+    ('{"type": "object", "properties": {"text": {"$ref": "#/nope"}}}', "cannot be checked against"),
+])
+def test_an_example_is_checked_against_a_hostile_schema_without_hanging_or_crashing(schema: str, said: str,
+                                                                                      tmp_path: Path) -> None:
+    """A schema whose $ref loops or leads nowhere is a line naming the example (the rerun's schema-ref-loop was an
+    internal error); a pattern that backtracks without end is not matched at all (schema-redos hung 120 s)."""
+    import json as _json
+
+    folder = tmp_path / "w"
+    folder.mkdir()
+    tools = [{"name": "append", "description": "x", "inputSchema": _json.loads(schema)}]
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "hostile"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_TOOLS = {_json.dumps(_json.dumps(tools))} }}\n'
+        '[probe]\nbuiltin = "folder"\n[tools.append]\neffect = "write"\nexamples = [{ args = { text = "hi" } }]\n')
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", "--live", str(folder)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "field 'tools.append.examples.0.args'" in done.stderr and said in done.stderr, done.stderr
+    redos = [{"name": "append", "description": "x", "inputSchema": {"type": "object", "properties": {
+        "text": {"type": "string", "pattern": "^(a+)+$"}}}}]
+    (folder / "world.toml").write_text((folder / "world.toml").read_text().replace(
+        _json.dumps(_json.dumps(tools)), _json.dumps(_json.dumps(redos))).replace('text = "hi"', f'text = "{"a" * 40}!"'))
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", "--live", str(folder)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr  # the pattern is the server's to enforce: never matched here

@@ -75,11 +75,34 @@ def test_a_malformed_tool_list_is_one_line_and_leaves_nothing(tools: object, sai
     (["w", "--timeout", "-1", "--", sys.executable, str(ECHO)], "--timeout"),
     (["w", "--timeout", "inf", "--", sys.executable, str(ECHO)], "--timeout"),
     (["w"], "COMMAND"),
+    (["n" * 65, "--", sys.executable, str(ECHO)], "NAME"),  # it names folders and scratch files (rerun: init.name-300)
 ])
 def test_bad_input_is_one_line_and_leaves_nothing(args: list[str], said: str, tmp_path: Path) -> None:
     done = _cli("init-world", *args, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "escape").exists()
+
+
+def test_a_draft_stopped_while_measuring_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    """The draft is written, then its tools measured: SIGTERM then (a tool that takes 30 s) leaves neither the
+    world's folder nor the ./worlds it made (the rerun's sig.sigterm-init-world-measuring left worlds/)."""
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, "ECHO_SLEEP": "30", "ECHO_TOOLS": json.dumps([{"name": "ping", "inputSchema": {
+        "type": "object"}}])}
+    proc = subprocess.Popen([sys.executable, "-m", "aft_bench.cli", "init-world", "slow", "--", sys.executable,
+                             str(ECHO)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "worlds" / "slow" / "world.toml").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "worlds" / "slow" / "world.toml").exists()  # the first draft: measuring has begun
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_program_that_is_not_a_server_says_so_and_leaves_nothing(tmp_path: Path) -> None:

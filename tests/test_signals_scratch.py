@@ -61,8 +61,10 @@ def _folders(scratch: Path) -> list[Path]:
     return sorted(p for p in (scratch / "aft-bench-scratch").rglob("*") if p.is_dir())
 
 
-@pytest.mark.parametrize("command", ["scorecard", "validate"])
-def test_sigterm_stops_the_server_and_removes_the_folders(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "sig"), [("scorecard", signal.SIGTERM), ("validate", signal.SIGTERM),
+                                             ("scorecard", signal.SIGHUP)], ids=["scorecard", "validate", "hup"])
+def test_sigterm_stops_the_server_and_removes_the_folders(command: str, sig: int, tmp_path: Path) -> None:
+    """SIGTERM (a CI runner's timeout, kill) or SIGHUP (a closed terminal) ends the command as Ctrl-C does."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     folder = _world(tmp_path)
@@ -71,7 +73,7 @@ def test_sigterm_stops_the_server_and_removes_the_folders(command: str, tmp_path
     # an example's call is under way (the server sleeps in it): a server is up and its folder made
     assert _wait(lambda: any(p.name.startswith("aft-slow-") for p in _folders(scratch)) and _servers(tmp_path))
     time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"interrupted" in err and err.count(b"\n") == 1, err
     assert _wait(lambda: not _servers(tmp_path), 20)

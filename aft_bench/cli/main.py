@@ -547,8 +547,9 @@ def _terminate_as_interrupt() -> None:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, interrupt)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a closed terminal too
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, interrupt)
 
 
 def _absolute_env() -> None:

@@ -40,10 +40,11 @@ def _unplaced(args: Any, schema: Any) -> Any:
 def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> None:
     """Every example call's arguments are accepted by the live server's input schema for its tool."""
     import jsonschema
+    from referencing.exceptions import Unresolvable
 
     from aft_bench.common.errors import InputError
 
-    schemas = {str(t.get("name")): t.get("inputSchema") or {} for t in listed}
+    schemas = {str(t.get("name")): _without_patterns(t.get("inputSchema") or {}) for t in listed}
     for name, tool in world.tools.items():
         for i, ex in enumerate(tool.examples):
             for where, call_tool, args in [(f"tools.{name}.examples.{i}.args", name, ex.args)] + [
@@ -53,6 +54,19 @@ def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> Non
                 except jsonschema.ValidationError as exc:
                     raise InputError(path, where, args, f"the server's schema for {call_tool} refuses it: "
                                      f"{exc.message}") from None
+                except (jsonschema.SchemaError, RecursionError, Unresolvable) as exc:  # a $ref that loops or leads
+                    raise InputError(path, where, args, f"the server's schema for {call_tool} cannot be checked "
+                                     f"against ({type(exc).__name__})") from None
+
+
+def _without_patterns(schema: Any) -> Any:
+    """A server's schema without its regular expressions (`pattern`, `patternProperties`): matching a text against
+    a server's regex is a server's chance to hang the check (a pattern that backtracks without end)."""
+    if isinstance(schema, dict):
+        return {k: _without_patterns(v) for k, v in schema.items() if k not in ("pattern", "patternProperties")}
+    if isinstance(schema, list):
+        return [_without_patterns(v) for v in schema]
+    return schema
 
 
 def _placeholders(world: Any, path: Path) -> None:
@@ -257,6 +271,9 @@ def _wrote(s0: dict[str, Any], s1: dict[str, Any]) -> bool:
     return False
 
 
+MEASURE_MAX = 40  # tools init-world calls with no arguments to measure their effect (the rest: guessed)
+
+
 def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool]:
     """Each tool that needs no arguments, called once with none on a fresh server and folder: did it change the
     state (the probe's diff)? A tool whose call fails or whose server breaks is left unmeasured."""
@@ -265,11 +282,15 @@ def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool
     from aft_bench.world import snapshot
 
     out: dict[str, bool] = {}
+    tried = 0
     for tool in listed:
         name = str(tool.get("name"))
         schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
         if schema.get("required") or name not in world.tools:
             continue
+        tried += 1
+        if tried > MEASURE_MAX:  # each is a fresh server: a server listing thousands would keep init-world for hours
+            break
         gw = Gateway(world, Trace())
         try:
             gw.open()

@@ -16,11 +16,19 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+def _exists(p: Path) -> bool:
+    """Whether `p` exists; a command's argument that cannot be a path (too long a name, a NUL) is none."""
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _executable(arg: str, cwd: Path | None = None) -> Path | None:
     """The file a command's first word names: a path, or a name on PATH."""
     if "/" in arg:
         p = Path(arg) if Path(arg).is_absolute() or cwd is None else cwd / arg
-        return p if p.exists() else None
+        return p if _exists(p) else None
     found = shutil.which(arg)
     return Path(found) if found else None
 
@@ -86,7 +94,7 @@ def _paths(argv: Sequence[str], cwd: Path | None) -> list[Path]:
     for a in argv[1:]:
         if "/" in a and not a.startswith("-"):
             p = Path(a) if Path(a).is_absolute() or cwd is None else cwd / a
-            if p.exists() and p.suffix in (".js", ".mjs", ".cjs", ".ts", ".py", ""):
+            if _exists(p) and p.suffix in (".js", ".mjs", ".cjs", ".ts", ".py", ""):
                 out.append(p)
     return out
 

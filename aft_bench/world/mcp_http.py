@@ -164,6 +164,10 @@ class HttpServer(Connection):
             r = self._post({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         except httpx.TimeoutException:
             raise ServerFailed(f"no answer to {method} within {self.timeout_s:g} s") from None
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            raise  # not listening (yet): start waits for it
+        except httpx.HTTPError as exc:  # a broken chunked body, a bad encoding, a dropped answer: its failure
+            raise ServerFailed(f"the server at {self.url} broke its answer to {method}: {exc}") from None
         if r.status_code >= 400:
             raise ServerFailed(f"the server answered {method} with HTTP {r.status_code}: {r.text[:200]}")
         for msg in _messages(r):

@@ -1,5 +1,6 @@
 """A hostile MCP server over streamable HTTP, standard library only: it initializes properly, then answers
-tools/list with an event stream that never ends ("endless") or a 300 MB body ("huge"). Run: hostile_http.py PORT MODE"""
+tools/list with an event stream that never ends ("endless"), a 300 MB body ("huge") or a chunked body whose chunk
+size is not a number ("bad-chunked"). Run: hostile_http.py PORT MODE"""
 
 import json
 import sys
@@ -40,6 +41,12 @@ class Handler(BaseHTTPRequestHandler):
                     time.sleep(0.01)
             except OSError:
                 return
+        if MODE == "bad-chunked":
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"zz\r\n{}\r\n0\r\n\r\n")
+            return
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         try:
