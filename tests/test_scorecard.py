@@ -166,8 +166,8 @@ def test_a_wrong_tool_name_a_refused_example_and_a_failing_probe_are_bad_input(t
         "tool": (lambda t: t.replace("[tools.move_file]", "[tools.move_files]"),
                  "field 'tools.move_files': world 'filesystem': the server lists no such tool"),
         "schema": (lambda t: t.replace('{ path = "/workspace/reports" }', '{ path = 7 }'),
-                   "field 'tools.create_directory.examples.0.args': the server's schema for create_directory "
-                   "refuses it: 7 is not of type 'string'"),
+                   "field 'tools.create_directory.examples.0.args': world 'filesystem': the server's schema for "
+                   "create_directory refuses it: 7 is not of type 'string'"),
         "probe": (lambda t: t.replace('builtin = "folder"', 'command = ["sh", "-c", "echo nope"]'),
                   "field 'probe.command': world 'filesystem': probe failed: 'sh' printed something other than JSON"),
     }

@@ -569,11 +569,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     memory.under_limit()  # under `ulimit -v`: allocators that reserve only what they use
     warnings.showwarning = _log_warning
     _absolute_env()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] | None = None
+    if argv[:1] == ["init-world"] and "--" in argv:  # the server's command is everything after `--`, whatever
+        cut = argv.index("--")                         # options stand between the name and it
+        argv, command = argv[:cut], argv[cut + 1:]
     try:
         args = build_parser().parse_args(argv)
     except FlagError as exc:
         print(f"aft-bench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
+    if command is not None:
+        args.command = [*args.command, *command]
     if getattr(getattr(args, "func", None), "__name__", "") in TERM_AS_INTERRUPT:
         _terminate_as_interrupt()
     try:

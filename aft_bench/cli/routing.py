@@ -66,14 +66,16 @@ def cmd_route_suites(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog_import(args: argparse.Namespace) -> int:
+    from aft_bench.common.secrets import redact
     from aft_bench.routing.imported import IMPORT_TIMEOUT_S, import_mcp, save_catalog
 
     cat = import_mcp(args.cmd, args.url, IMPORT_TIMEOUT_S if args.timeout is None else args.timeout)
     save_catalog(cat, Path(args.out))
     skipped = json.loads(cat.source.get("skipped", "[]"))
-    print(f"{len(cat.tools)} tools from {cat.source.get('server')} written to {args.out}, all pending review"
-          + (f"; {len(skipped)} not imported (a name outside MCP's rule [A-Za-z0-9_.-]{{1,128}}, or a second tool "
-             f"of one name): {', '.join(map(repr, skipped[:5]))}" if skipped else ""))
+    print(redact(f"{len(cat.tools)} tools from {cat.source.get('server')} written to {args.out}, all pending review"
+                 + (f"; {len(skipped)} not imported (a name outside MCP's rule [A-Za-z0-9_.-]{{1,128}}, a second "
+                    f"tool of one name, or a name shaped like a credential): {', '.join(map(repr, skipped[:5]))}"
+                    if skipped else "")))
     return 0
 
 

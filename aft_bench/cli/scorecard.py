@@ -52,11 +52,11 @@ def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> Non
                 try:
                     jsonschema.validate(_unplaced(args, schemas.get(call_tool, {})), schemas.get(call_tool, {}))
                 except jsonschema.ValidationError as exc:
-                    raise InputError(path, where, args, f"the server's schema for {call_tool} refuses it: "
-                                     f"{exc.message}") from None
+                    raise InputError(path, where, args, f"world '{world.id}': the server's schema for {call_tool} "
+                                     f"refuses it: {exc.message}") from None
                 except (jsonschema.SchemaError, RecursionError, Unresolvable) as exc:  # a $ref that loops or leads
-                    raise InputError(path, where, args, f"the server's schema for {call_tool} cannot be checked "
-                                     f"against ({type(exc).__name__})") from None
+                    raise InputError(path, where, args, f"world '{world.id}': the server's schema for {call_tool} "
+                                     f"cannot be checked against ({type(exc).__name__})") from None
 
 
 def _without_patterns(schema: Any) -> Any:
@@ -272,6 +272,7 @@ def _wrote(s0: dict[str, Any], s1: dict[str, Any]) -> bool:
 
 
 MEASURE_MAX = 40  # tools init-world calls with no arguments to measure their effect (the rest: guessed)
+MEASURE_LISTED_MAX = 500  # a server listing more is drafted without measuring any (each start checks them all)
 
 
 def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool]:
@@ -282,6 +283,8 @@ def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool
     from aft_bench.world import snapshot
 
     out: dict[str, bool] = {}
+    if len(listed) > MEASURE_LISTED_MAX:  # each episode would check thousands of tools: draft, measure none
+        return out
     tried = 0
     for tool in listed:
         name = str(tool.get("name"))
@@ -318,7 +321,7 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     from aft_bench.world.external import expand, load_external
     from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
 
-    command = _absolute_args([c for c in args.command if c != "--"])
+    command = _absolute_args(args.command[1:] if args.command[:1] == ["--"] else list(args.command))
     if not command:
         raise InputError("init-world", "COMMAND", "", "give the server's command after --")
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", args.name) or set(args.name) == {"."}:
@@ -341,6 +344,9 @@ def cmd_init_world(args: argparse.Namespace) -> int:
             print(f"aft-bench: init-world: {exc}", file=sys.stderr)
             return 1
     listed = [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("name")]
+    if not listed:
+        print("aft-bench: init-world: the server lists no tools: there is nothing to draft", file=sys.stderr)
+        return 1
     installed = install.identify([expand(c, Path("/nonexistent-aft-root"), "", target) for c in command])
     probe = pick_probe(command, installed[0] if installed else None)
     made = not target.exists()

@@ -131,13 +131,16 @@ def contained(argv: list[str], env: dict[str, str] | None = None, cwd: str | Non
 
 
 def main(argv: list[str]) -> None:
-    """`python -m aft_bench.common.lifetime COMMAND ARG...`: run COMMAND (by exec, so its pid and exit status are
-    its own) as a process that gets SIGTERM when its parent dies, whatever program it is: serve-matrix starts its
+    """`python -m aft_bench.common.lifetime [--sigkill] COMMAND ARG...`: run COMMAND (by exec, so its pid and exit
+    status are its own) as a process that gets SIGTERM (or SIGKILL) when its parent dies, whatever program it is: serve-matrix starts its
     client command this way, so a SIGKILL of serve-matrix does not leave the client running."""
+    sig = signal.SIGTERM
+    if argv[:1] == ["--sigkill"]:  # for a command that ignores SIGTERM (unshare, while it waits for its child)
+        sig, argv = signal.SIGKILL, argv[1:]
     if not argv:
-        print("usage: python -m aft_bench.common.lifetime COMMAND [ARG...]", file=sys.stderr)
+        print("usage: python -m aft_bench.common.lifetime [--sigkill] COMMAND [ARG...]", file=sys.stderr)
         os._exit(2)
-    die_with_parent()
+    die_with_parent(sig)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:  # as a shell says it: the command could not be run

@@ -91,7 +91,9 @@ def import_mcp(cmd: str | None = None, url: str | None = None, timeout_s: float 
         # (a SIGTERM'd import once left its stdio server running for 43 minutes); and as the first process of a PID
         # namespace of its own where the machine allows one, so what it started in sessions of its own, or a server
         # that ignores SIGTERM, dies with it (unshare gets the SIGTERM and kills its child)
-        lifetime = [sys.executable, "-m", "aft_bench.common.lifetime", *pid_namespace()]
+        # (SIGKILL where a namespace holds it: unshare ignores SIGTERM while it waits for its child)
+        ns = pid_namespace()
+        lifetime = [sys.executable, "-m", "aft_bench.common.lifetime", *(["--sigkill"] if ns else []), *ns]
         target: Any = url if cmd is None else stdio_client(StdioServerParameters(command=lifetime[0],
                                                                                  args=[*lifetime[1:], *argv]),
                                                            errlog=errlog)

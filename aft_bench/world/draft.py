@@ -133,7 +133,7 @@ def draft(name: str, command: Sequence[str], listed: list[dict[str, Any]], info:
           installed: tuple[str, str] | None, probe: ProbeDraft, measured: dict[str, bool]) -> str:
     """The text of a drafted `world.toml`."""
     package, version = installed if installed is not None else (TODO, TODO)
-    said = f"{info.get('name', '?')} {info.get('version', '?')}"
+    said = " ".join(f"{info.get('name', '?')} {info.get('version', '?')}".split())[:200]  # one comment line
     source = ("read from the install" if installed is not None else
               "TODO: the install could not be read; name the package you install and its version")
     lines = [
