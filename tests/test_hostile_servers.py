@@ -167,3 +167,25 @@ def test_an_example_is_checked_against_a_hostile_schema_without_hanging_or_crash
     done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", "--live", str(folder)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr  # the pattern is the server's to enforce: never matched here
+
+
+@pytest.mark.parametrize(("extra", "field", "said"), [
+    ('[fixture]\nfiles = { "a" = "x", "a/b" = "y" }\n', "fixture.files.a/b", "'a' is a file here"),
+    ('[tools.append]\neffect = "write"\nexamples = [{ args = { text = "{before.3.x}" } }]\n',
+     "tools.append.examples.0.args", "names set-up call 3, but 0 set-up call(s) come before it"),
+    ('[tools.append]\neffect = "write"\nexamples = [{ before = [{ tool = "append", args = { text = "{before.0.x}" } }],'
+     ' args = { text = "hi" } }]\n', "tools.append.examples.0.before.0.args", "names set-up call 0, but 0"),
+])
+def test_what_a_world_file_asks_that_cannot_be_is_bad_input_before_any_server_starts(extra: str, field: str,
+                                                                                    said: str, tmp_path: Path) -> None:
+    """A fixture file that another needs as its folder, a placeholder naming a set-up call that comes after it or
+    not at all: exit 2 naming the field (the rerun's cases exited 1 after starting the server)."""
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "h"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\n[probe]\nbuiltin = "folder"\n{extra}')
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "validate", str(folder)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"field '{field}'" in done.stderr and said in done.stderr, done.stderr

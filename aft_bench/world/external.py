@@ -126,6 +126,12 @@ class Fixture(_Strict):
             p = Path(rel)
             if p.is_absolute() or ".." in p.parts or not rel:
                 raise FieldProblem("files", rel, "a fixture file is a relative path inside the resource")
+        names = {Path(rel).as_posix() for rel in self.files}
+        for rel in self.files:
+            for parent in Path(rel).parents:
+                if parent.as_posix() in names:
+                    raise FieldProblem(f"files.{rel}", rel, f"{parent.as_posix()!r} is a file here, so it cannot "
+                                       "also be a folder")
         for i, cmd in enumerate(self.commands):
             if not cmd:
                 raise FieldProblem(f"commands.{i}", "[]", "a command names a program")
@@ -206,12 +212,39 @@ class ExampleCall(_Strict):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+BEFORE_REF = re.compile(r"^\{before\.(\d+)\.")  # `{before.N.field}`: a field of the N-th set-up call's answer
+
+
+def _refs(value: Any) -> list[tuple[str, int]]:
+    """Every `{before.N...}` placeholder in `value` (whole strings, at any depth), with its N."""
+    if isinstance(value, str):
+        m = BEFORE_REF.match(value)
+        return [(value, int(m.group(1)))] if m else []
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in _refs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
+
+
 class Example(_Strict):
     """An example call of a tool for the scorecard: calls made first to set it up, then the call itself."""
 
     before: tuple[ExampleCall, ...] = ()
     args: dict[str, Any] = Field(default_factory=dict)
     note: str = ""
+
+    @model_validator(mode="after")
+    def _refs_name_earlier_calls(self) -> Example:
+        """A placeholder names a set-up call made before it: the call itself may name any, set-up call j those
+        before j."""
+        for where, args, made in [("args", self.args, len(self.before))] + [
+                (f"before.{j}.args", c.args, j) for j, c in enumerate(self.before)]:
+            for text, n in _refs(args):
+                if n >= made:
+                    raise FieldProblem(where, text, f"names set-up call {n}, but {made} set-up call(s) come before "
+                                       "it (numbered from 0)")
+        return self
 
 
 class ToolOverlay(_Strict):
