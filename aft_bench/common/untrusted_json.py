@@ -6,7 +6,7 @@ whatever reads the value next."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 MAX_DEPTH = 200  # far beyond any MCP answer or state record seen; well inside Python's recursion limit
 
@@ -19,14 +19,15 @@ def _constant(name: str) -> Any:
     raise UntrustedJson(f"holds {name}, which JSON does not have")
 
 
-def parse(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def parse(data: str | bytes, max_depth: int = MAX_DEPTH, only_if: Callable[[Any], bool] | None = None) -> Any:
     """`data` as JSON, checked: no NaN or Infinity, no lone surrogate in any text or key, at most `max_depth`
     levels of arrays and objects. Text that is not JSON at all raises json's own error (a ValueError too)."""
     try:
         value = json.loads(data, parse_constant=_constant)
     except RecursionError:
         raise UntrustedJson(f"JSON nested too deep to read ({len(data)} bytes)") from None
-    check(value, max_depth)
+    if only_if is None or only_if(value):  # a value the caller will drop anyway need not be walked
+        check(value, max_depth)
     return value
 
 

@@ -111,11 +111,17 @@ def rpc_error(err: Any) -> _RpcError:
     return _RpcError(err["code"], message)
 
 
+def _kept(msg: Any) -> bool:
+    """A message the client acts on: an answer (it has an id). Notifications are read and dropped unwalked, so a
+    server that floods them costs a parse each, not a walk each."""
+    return not isinstance(msg, dict) or "id" in msg
+
+
 def loads(data: str | bytes) -> Any:
     """JSON from a server: what is not JSON, or holds NaN, a lone surrogate or nesting too deep for the rest of
     the harness to read, is a malformed answer, not a crash."""
     try:
-        return untrusted_json.parse(data)
+        return untrusted_json.parse(data, only_if=_kept)
     except untrusted_json.UntrustedJson as exc:
         raise malformed(str(exc)) from None
 
