@@ -8,6 +8,7 @@ server nor a killed runner leaves a process behind.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -82,14 +83,9 @@ def check_tool(i: int, tool: Any) -> dict[str, Any]:
     schema = tool.get("inputSchema", {})
     if not isinstance(schema, dict):
         raise malformed(f"tool {name!r}: its inputSchema is a {_kind(schema)}, not an object")
-    try:
-        import jsonschema
-
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise malformed(f"tool {name!r}: its inputSchema is not a JSON Schema: {exc.message[:120]}") from None
-    except RecursionError:
-        raise malformed(f"tool {name!r}: its inputSchema is nested too deep") from None
+    problem = _schema_problem(json.dumps(schema, sort_keys=True))
+    if problem is not None:
+        raise malformed(f"tool {name!r}: {problem}")
     notes = tool.get("annotations")
     if notes is not None:
         if not isinstance(notes, dict):
@@ -115,6 +111,22 @@ def _kept(msg: Any) -> bool:
     """A message the client acts on: an answer (it has an id). Notifications are read and dropped unwalked, so a
     server that floods them costs a parse each, not a walk each."""
     return not isinstance(msg, dict) or "id" in msg
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(text: str) -> str | None:
+    """What is wrong with an inputSchema (its canonical text), or None; checked once per distinct schema, since a
+    server is listed at every episode's start and may list thousands of tools with one schema."""
+    import jsonschema
+
+    schema = json.loads(text)
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"its inputSchema is not a JSON Schema: {exc.message[:120]}"
+    except RecursionError:
+        return "its inputSchema is nested too deep"
+    return None
 
 
 def loads(data: str | bytes) -> Any:

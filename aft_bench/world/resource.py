@@ -192,9 +192,9 @@ def _gits(root: Path, env: dict[str, str], timeout: float, *commands: Sequence[s
                 out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise ResourceFailed(f"git {args[0]}: did not finish within {timeout:g} s") from None
-            if proc.returncode != 0:
-                raise ResourceFailed(f"git {' '.join(args)} exited {proc.returncode}: "
-                                     f"{err.decode(errors='replace').strip()[:200]}")
+            if proc.returncode != 0:  # git names the folder it read: a temporary one, gone when this is read
+                said = err.decode(errors="replace").replace(str(root), "<resource>").strip()[:200]
+                raise ResourceFailed(f"git {args[0]} exited {proc.returncode}: {said}")
             outs.append(out.decode("utf-8", errors="replace"))
         return outs
     finally:
@@ -382,17 +382,12 @@ def _json_lines(path: Path) -> list[tuple[int, Any]]:
     that is not JSON, or nested too deep to read, fails the probe naming the file and the line."""
     if not regular(path):
         return []
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((n, untrusted_json.parse(line)))
-        except untrusted_json.UntrustedJson as exc:
-            raise ResourceFailed(f"{path.name} line {n}: {exc}") from None
-        except ValueError:
-            raise ResourceFailed(f"{path.name} line {n} is not JSON") from None
-    return out
+    try:
+        return [(n, value) for n, _, value in untrusted_json.lines(path.read_text(encoding="utf-8", errors="replace"))]
+    except untrusted_json.UntrustedJson as exc:
+        raise ResourceFailed(f"{path.name} line {exc.lineno}: {exc}") from None  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise ResourceFailed(f"{path.name} line {getattr(exc, 'lineno', '?')} is not JSON") from None
 
 
 def regular(path: Path) -> bool:
