@@ -112,6 +112,9 @@ async def _serve_stdio(served: Any, server: Any) -> None:
         tg.cancel_scope.cancel()
 
 
+GRACE_S = 10  # seconds a stopped served episode waits for requests still open
+
+
 async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any) -> None:
     """Serve streamable HTTP on the bound socket; SIGTERM stops it (the lifespan records the episode), SIGUSR1
     abandons it."""
@@ -121,7 +124,9 @@ async def _serve_http(served: Any, server: Any, sock: socket.socket, target: Any
 
     host, port = sock.getsockname()[:2]
     app = http_app(served, server, host)
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # after SIGTERM, a client still holding a request open (a hung tool call) gets GRACE_S, then is cut off: a
+    # stop that waited for the client ran until the client gave up (60 s and more)
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S))
 
     def abandon(*_: Any) -> None:
         served.abandoned = True
