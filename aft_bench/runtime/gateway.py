@@ -90,6 +90,24 @@ FAILURE_TEXT = "The operation failed."
 SUCCESS_TEXT = "The operation completed successfully."
 
 
+_TOOLS_MATCHED: set[tuple[str, str, tuple[str, ...]]] = set()  # (world, file, overlay's tools) matched once here
+
+
+def _check_tools_again(world: ExternalWorld, listed: list[dict[str, Any]]) -> None:
+    """The overlay against this start's tools/list. A mismatch at the world's first start in this process is the
+    world file's (bad input); once a start matched, a later mismatch is the server changing its tools under a run."""
+    key = (world.id, str(world.source), tuple(sorted(world.tools)))
+    try:
+        check_tools(world, listed, world.source)
+    except InputError as exc:
+        if key not in _TOOLS_MATCHED:
+            raise
+        problem = exc.problem.removeprefix(f"world '{world.id}': ")
+        raise WorldFailed(f"world '{world.id}': the server's tools changed after an earlier start matched the world: "
+                          f"{exc.field}: {problem}", exc.field) from None
+    _TOOLS_MATCHED.add(key)
+
+
 class Gateway:
     """One episode's gateway over a fresh server on a fresh resource. `open()` before the first call, `close()`
     always (it stops the server and removes the resource)."""
@@ -121,7 +139,7 @@ class Gateway:
             self.resource, self.server, self.listed = prepared.resource, prepared.server, prepared.listed
             self.s0 = self.state = prepared.s0
             self.start_s += prepared.start_s
-            check_tools(self.world, self.listed, self.world.source)
+            _check_tools_again(self.world, self.listed)
         except ResourceFailed as exc:  # its message names the world already
             self.close()
             raise WorldFailed(str(exc), exc.field) from None

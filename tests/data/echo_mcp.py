@@ -22,6 +22,13 @@ TOOLS = json.loads(os.environ.get("ECHO_TOOLS") or "null") or [
 
 BAD = os.environ.get("ECHO_BAD", "")  # a malformed answer, for the hostile-answer tests
 
+if BAD == "tools-change":  # from its second start on (counted in the folder it is given), no `append`
+    with open(os.path.join(sys.argv[1], "echo-starts"), "a+", encoding="utf-8") as fh:
+        fh.write("start\n")
+        fh.seek(0)
+        if len(fh.readlines()) >= 2:
+            TOOLS = [t for t in TOOLS if t["name"] != "append"]
+
 
 def bad(method, result):
     """The answer as the hostile server gives it (None: send the normal one)."""
