@@ -71,6 +71,30 @@ def test_the_jsonl_probe_keys_lines_and_keeps_a_repeated_one(tmp_path: Path) -> 
         probe(Probe(builtin="jsonl", path="log.jsonl"), tmp_path, {}, "w")
 
 
+def test_a_remembered_jsonl_reading_follows_every_byte_and_is_never_shared(tmp_path: Path) -> None:
+    """A one-file probe's snapshot is remembered by the file's bytes (a scorecard reads a large state file a dozen
+    times): a change of one byte, even keeping size and time, is read anew; an unchanged file's snapshot comes back
+    equal but as a fresh copy, so a caller that changes one cannot change the next."""
+    spec = Probe(builtin="jsonl_graph", path="m.jsonl")
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"type": "entity", "name": "a", "entityType": "x", "observations": []}\n')
+    first = probe(spec, tmp_path, {}, "w")
+    first["records"]["entities"]["a"]["observations"].append("planted")
+    again = probe(spec, tmp_path, {}, "w")
+    assert again["records"]["entities"] == {"a": {"name": "a", "entityType": "x", "observations": []}}
+    stat = f.stat()
+    f.write_text('{"type": "entity", "name": "b", "entityType": "x", "observations": []}\n')  # same size
+    os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert list(probe(spec, tmp_path, {}, "w")["records"]["entities"]) == ["b"]
+    other = tmp_path / "second"
+    other.mkdir()
+    (other / "m.jsonl").write_bytes(f.read_bytes())  # another resource, the same bytes: the same snapshot
+    assert probe(spec, other, {}, "w") == probe(spec, tmp_path, {}, "w")
+    f.write_text("not json\n")
+    with pytest.raises(ResourceFailed, match="m.jsonl line 1"):
+        probe(spec, tmp_path, {}, "w")
+
+
 def test_the_folder_probe_can_name_one_file(tmp_path: Path) -> None:
     spec = Probe(builtin="folder", path="todo.txt")
     assert probe(spec, tmp_path, {}, "w") == {"records": {"files": {}}}

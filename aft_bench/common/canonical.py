@@ -15,6 +15,8 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
+from aft_bench.common.gcpause import paused
+
 # One encoder for every call: `json.dumps` with non-default options builds a new encoder each time, and this
 # is on the hot path (every trace event, every durable checkpoint).
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -120,11 +122,12 @@ def canonical_pair(value: Any) -> tuple[str, Any]:
     """The canonical JSON of `value` and a detached copy parsed from exactly that text (JSON-exact: tuples become
     lists, keys sorted). orjson parses what orjson wrote; anything else goes through the standard parser, which
     keeps integers beyond 64 bits exact where orjson would turn them into floats."""
-    out, copy = _fast_pair(value, parse=True)
-    if out is not None:
-        return out.decode("utf-8"), copy
-    text = _reference(value)
-    return text, json.loads(text)
+    with paused():
+        out, copy = _fast_pair(value, parse=True)
+        if out is not None:
+            return out.decode("utf-8"), copy
+        text = _reference(value)
+        return text, json.loads(text)
 
 
 class Frozen:
@@ -139,7 +142,8 @@ class Frozen:
         self._fast = out is not None
 
     def thaw(self) -> Any:
-        return _loads(self.text) if self._fast else json.loads(self.text)
+        with paused():
+            return _loads(self.text) if self._fast else json.loads(self.text)
 
 
 def parse_fast(text: str) -> Any:
