@@ -74,6 +74,21 @@ def test_a_malformed_answer_is_one_line_naming_the_world_and_what(bad: str, comm
     assert not out.exists() and _left(tmp_path) == []
 
 
+def test_a_server_whose_tools_change_between_starts_fails_the_card_not_the_world_file(tmp_path: Path) -> None:
+    """Its first start lists `append`, later ones do not: the world file was right, the server changed under the
+    scorecard, so exit 1 (a server problem), one line naming the world and the tool, never exit 2 (bad input)."""
+    folder = _world(tmp_path, "tools-change")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "aft_bench.cli", "scorecard", str(folder), "--quiet", "--out",
+                           str(out)], capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr
+    assert "world 'hostile': the server's tools changed after an earlier start matched the world: tools.append" \
+        in done.stderr, done.stderr
+    assert not out.exists() and _left(tmp_path) == []
+    assert (tmp_path / "echo-starts").read_text().count("start") >= 2  # the case was reached: it started again
+
+
 HTTP = Path(__file__).parent / "data" / "hostile_http.py"
 
 
@@ -189,3 +204,59 @@ def test_what_a_world_file_asks_that_cannot_be_is_bad_input_before_any_server_st
                           text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"field '{field}'" in done.stderr and said in done.stderr, done.stderr
+
+
+def test_a_stopped_stdio_serve_ends_while_its_client_still_holds_a_hung_call(tmp_path: Path) -> None:
+    """`serve` over stdio, its client's tool call hung in the real server, the client keeping its pipe open: SIGTERM
+    ends serve (the episode recorded or its failure said) without waiting for the client's next line. The SDK's
+    stdin reader sits in a thread no cancellation reaches; serve waited for the client to let go (61 s)."""
+    import json as _json
+    import signal
+    import time
+
+    worlds = tmp_path / "worlds"
+    (worlds / "workloads").mkdir(parents=True)
+    (worlds / "h").mkdir()
+    (worlds / "h" / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "h"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_SLEEP = "600" }}\n'
+        'call_timeout_s = 5\n[probe]\nbuiltin = "folder"\n[tools.echo]\neffect = "read"\n'
+        '[tools.append]\neffect = "write"\n')
+    (worlds / "workloads" / "h_rl.toml").write_text(
+        '[workload]\nid = "h_rl"\nworld = "h"\ndescription = "One append."\n[[variants]]\nid = "response_loss"\n'
+        'faults = [{ kind = "response_loss" }]\n[[tasks]]\nid = "t1"\nworld = "h"\nspec = "Append hi."\n'
+        'goal = [{ collection = "files", where = { }, count = 1 }]\ntarget_ops = ["append"]\nallowed_ops = ["echo"]\n'
+        'plan = [{ call = "append", args = { text = "hi" } }]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "aft_bench.cli", "serve", "--workload", "h_rl", "--task", "t1",
+                             "--condition", "GW-bare", "--out", str(tmp_path / "served"), "--worlds", str(worlds),
+                             "--agent", "probe"], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(msg: dict) -> None:
+        proc.stdin.write(_json.dumps({"jsonrpc": "2.0", **msg}) + "\n")
+        proc.stdin.flush()
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                          "clientInfo": {"name": "raw", "version": "1"}}})
+        assert '"id":1' in proc.stdout.readline().replace(" ", "")
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/list"})
+        assert "append" in proc.stdout.readline()
+        send({"id": 3, "method": "tools/call", "params": {"name": "append", "arguments": {"text": "hi"}}})
+        time.sleep(2)  # wherever the call then is (still in the gateway or hung in the server), the stop must end it
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        rc = proc.wait(timeout=120)  # the client's pipe stays open throughout: before, serve never ended here
+        waited = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdin.close()
+    err = proc.stderr.read() if proc.stderr else ""
+    assert rc in (0, 1, 130), err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert ("episode recorded" in err or "world 'h'" in err or "interrupted" in err), err
+    assert waited < 110 and _left(tmp_path) == []

@@ -98,6 +98,8 @@ async def _serve_stdio(served: Any, server: Any) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
+    from aft_bench.serving.pipe_lines import pipe_lines
+
     async with anyio.create_task_group() as tg:
         async def on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
@@ -107,7 +109,7 @@ async def _serve_stdio(served: Any, server: Any) -> None:
                     return
 
         tg.start_soon(on_signal)
-        async with stdio_server() as (read, write):
+        async with stdio_server(stdin=pipe_lines()) as (read, write):  # type: ignore[arg-type]
             await server.run(read, write, server.create_initialization_options())
         tg.cancel_scope.cancel()
 
