@@ -74,18 +74,6 @@ class GatewayInterface:
                                       "required": ["tool", "arguments"]}, "lifecycle"))
         return tools
 
-    def annotations(self, name: str) -> dict[str, bool] | None:
-        """MCP annotations for a tool: none under legacy effects; else truthful from the overlay, or misleading
-        (every write declared idempotent and non-destructive)."""
-        m = self.mechanisms
-        overlay = self.gateway.world.tools.get(name)
-        if m.effects == "legacy" or overlay is None:
-            return None
-        if m.annotations == "misleading" and overlay.is_write:
-            return {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": False}
-        return {"readOnlyHint": not overlay.is_write, "idempotentHint": overlay.idempotent or not overlay.is_write,
-                "destructiveHint": overlay.destructive}
-
     def surface(self) -> list[ToolSpec]:
         shown = ([] if self.selective else list(self.business.values())) + list(self.lifecycle.values())
         if self.selective:

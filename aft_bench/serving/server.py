@@ -370,7 +370,9 @@ class Served:
     def _effect_of(self, tool: str) -> str:
         if isinstance(self.world, ExternalWorld):  # a real server: the person's overlay, as an effect class
             t = self.world.tools.get(tool)
-            return "read" if t is None or not t.is_write else ("irreversible" if t.destructive else "reversible")
+            if t is None:  # not known to be a read: MCP's default for a tool that says nothing (the gateway keys it)
+                return "irreversible"
+            return "read" if not t.is_write else ("irreversible" if t.destructive else "reversible")
         op = self.world.operations.get(tool)
         return op.effect if op is not None else "read"
 
