@@ -72,10 +72,11 @@ def _matches(ident: Identity, rec: Mapping[str, Any], args: Mapping[str, Any]) -
     return all(rec.get(fld) == _one(args, arg) for fld, arg in ident.match.items())
 
 
-def _base(key: str) -> str:
-    """A probe keeps a second record under the same key as `key#2`: the key it repeats."""
-    head, sep, tail = key.rpartition("#")
-    return head if sep and tail.isdigit() else key
+def _names(key: str, want: str, recs: Mapping[str, Any]) -> bool:
+    """Whether the snapshot key `key` is the record `want` or a repeat of it: a probe keeps a second record under
+    one key as `want#2`, and only beside `want` itself. So a record whose own name ends in `#<digits>` (a branch
+    `issue#12`) is itself, never a repeat of a record `issue` that is not there."""
+    return key == want or (key.startswith(want + "#") and key[len(want) + 1:].isdigit() and want in recs)
 
 
 def _field(ident: Identity, snap: Snapshot, args: Mapping[str, Any]) -> str | None:
@@ -119,7 +120,7 @@ def holds(ident: Identity, snap: Snapshot, args: Mapping[str, Any], s0: Snapshot
     recs = records(snap, ident.collection)
     keys = _keys(ident, args)
     if keys is not None:
-        return bool(keys) and all(any(_base(k) == want and _matches(ident, r, args) for k, r in recs.items())
+        return bool(keys) and all(any(_names(k, want, recs) and _matches(ident, r, args) for k, r in recs.items())
                                   for want in keys)
     return any(_matches(ident, r, args) for r in recs.values())
 
@@ -136,5 +137,5 @@ def realized(ident: Identity, s0: Snapshot, s: Snapshot, args: Mapping[str, Any]
     keys = _keys(ident, args)
     if keys is None:
         return sum(1 for r in fresh.values() if _matches(ident, r, args))
-    return max((sum(1 for k, r in fresh.items() if _base(k) == want and _matches(ident, r, args))
+    return max((sum(1 for k, r in fresh.items() if _names(k, want, new) and _matches(ident, r, args))
                 for want in keys), default=0)
