@@ -1210,7 +1210,7 @@ def test_the_scorecards_page_shows_each_card_its_rows_and_what_changed_per_world
         {"world": "memory", "from": "2026.8.31", "to": "2026.9.1", "lines": [
             ("create_entities (bare): silent success in 2026.8.31 -> DUPLICATE in 2026.9.1 (re-issue answered "
              "'[]' -> '[]')"),
-            "create_entities (annotations): ['idempotentHint=false (or absent)'] -> agree"]},
+            "create_entities (annotations): idempotentHint=false (or absent) -> agree"]},
         {"world": "memory", "from": "2026.9.1", "to": "2026.9.2", "lines": []}]
     problem, short = (f"{cards / name}: field '<syntax>': not a valid aft-bench scorecard (truncated or edited?) "
                       "(got 'line 1 column 2')" for name in (long_name, "b.json"))

@@ -35,6 +35,7 @@ def rows(card: dict[str, Any]) -> list[dict[str, Any]]:
                     "bare": bare.get("cls"), "key": (by.get("key") or {}).get("cls"),
                     "verify": (by.get("verify") or {}).get("cls"),
                     "realized": bare.get("realized"), "reissue": _text(bare.get("reissue")),
+                    "reissues": {w: _text(o.get("reissue")) for w, o in sorted(by.items())},
                     "signal": bare.get("signal") or "",
                     "changes": ", ".join(sorted(bare.get("changes") or {})) or "nothing",
                     "annotations": _annotations(t["annotations"]),
@@ -62,14 +63,18 @@ def installed(card: dict[str, Any]) -> str:
     return f"installed {card['installed']}"
 
 
+def _protocol(card: dict[str, Any]) -> str:
+    return str(card["protocol"]) if card.get("protocol") else "not stated"
+
+
 def table(card: dict[str, Any]) -> str:
     head = (f"{card['package']} {card['version']} ({installed(card) + ', ' if installed(card) else ''}server says "
-            f"{card['server'].get('name')} {card['server'].get('version')}, protocol {card['protocol']}): "
+            f"{card['server'].get('name')} {card['server'].get('version')}, protocol {_protocol(card)}): "
             f"world {card['world']}")
-    lines = [head, "", f"{'tool':<22} {'re-issued bare':<16} {'with key':<10} {'verify':<16} annotations"]
+    lines = [head, "", f"{'tool':<22} {'re-issued bare':<16} {'with key':<16} {'verify':<16} annotations"]
     for r in rows(card):
         flag = "  <- " + "; ".join(r["contradictions"]) if r["contradictions"] else ""
-        lines.append(f"{r['tool']:<22} {LABEL.get(r['bare'], '-'):<16} {LABEL.get(r['key'], '-'):<10} "
+        lines.append(f"{r['tool']:<22} {LABEL.get(r['bare'], '-'):<16} {LABEL.get(r['key'], '-'):<16} "
                      f"{LABEL.get(r['verify'], '-'):<16} {r['annotations']}{flag}")
         undeclared = f"; undeclared: {', '.join(r['undeclared'])}" if r["undeclared"] else ""
         lines.append(f"{'':<22} re-issue answered {r['reissue']}; it changed {r['changes']}; "
@@ -83,7 +88,7 @@ def markdown(card: dict[str, Any]) -> str:
     phrases = ", ".join(f'"{p}"' for p in card.get("failure_phrases") or ())
     out = [f"# Scorecard: {card['package']} {card['version']}", "",
            f"World `{card['world']}`; {installed(card) or 'the install was not read'}; the server says it is "
-           f"{card['server'].get('name')} {card['server'].get('version')} (protocol {card['protocol']}). Each "
+           f"{card['server'].get('name')} {card['server'].get('version')} (protocol {_protocol(card)}). Each "
            "tool's example call had its answer lost at the gateway after the server answered, then was "
            "re-issued with byte-identical arguments (bare), with the gateway's idempotency key (key), or after a "
            f"check of the real state (verify). {HOW}" + (f" Failure phrases: {phrases}." if phrases else ""), "",
@@ -115,11 +120,12 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue
         for what in ("bare", "key", "verify"):
             if x[what] != y[what]:
+                was, now = (r["reissues"].get(what, "(not measured)") for r in (x, y))  # that treatment's answers
                 lines.append(f"{tool} ({what}): {LABEL.get(x[what], '-')} in {old['version']} -> "
-                             f"{LABEL.get(y[what], '-')} in {new['version']} (re-issue answered {x['reissue']} -> "
-                             f"{y['reissue']})")
+                             f"{LABEL.get(y[what], '-')} in {new['version']} (re-issue answered {was} -> {now})")
         if x["contradictions"] != y["contradictions"]:
-            lines.append(f"{tool} (annotations): {x['contradictions'] or 'agree'} -> {y['contradictions'] or 'agree'}")
+            lines.append(f"{tool} (annotations): {'; '.join(x['contradictions']) or 'agree'} -> "
+                         f"{'; '.join(y['contradictions']) or 'agree'}")
     return lines
 
 
