@@ -64,6 +64,7 @@ def _dists(site: Path) -> list[tuple[str, str, Path]]:
 def _scripts(info: Path) -> set[str]:
     """The console scripts a distribution installs."""
     parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # a script's name keeps its capitals
     try:
         parser.read_string((info / "entry_points.txt").read_text(encoding="utf-8", errors="replace"))
     except (OSError, configparser.Error):
@@ -123,6 +124,10 @@ def version_of(package: str, argv: Sequence[str], cwd: Path | None = None) -> st
     return None
 
 
+LAUNCHERS = ("npm", "pnpm", "yarn", "corepack")  # packages whose programs start another's (npx, pnpm dlx): never
+# the server (npx's own package.json is npm's, which identified every npx command as npm)
+
+
 def identify(argv: Sequence[str], cwd: Path | None = None) -> tuple[str, str] | None:
     """(package, version) of the server `argv` starts, from its install: the distribution that installs the
     command's console script (or the only non-tooling one a venv's interpreter runs with `-m`), or the node
@@ -131,20 +136,21 @@ def identify(argv: Sequence[str], cwd: Path | None = None) -> tuple[str, str] | 
         return None
     exe = _executable(argv[0], cwd)
     if exe is not None:
-        for site in _site_packages(exe):
-            dists = _dists(site)
-            for name, version, info in dists:
-                if exe.name in _scripts(info):
-                    return name, version
-            if "-m" in argv[1:-1]:
-                module = argv[list(argv).index("-m") + 1].split(".")[0]
-                for name, version, info in dists:
-                    if _norm(name) == _norm(module) or _top_level(info, module):
-                        return name, version
         real = exe.resolve()
+        for c in dict.fromkeys((exe, real)):  # a link into a venv (pipx, uv tool) is read where it leads too
+            for site in _site_packages(c):
+                dists = _dists(site)
+                for name, version, info in dists:
+                    if c.name in _scripts(info):
+                        return name, version
+                if "-m" in argv[1:-1]:
+                    module = argv[list(argv).index("-m") + 1].split(".")[0]
+                    for name, version, info in dists:
+                        if _norm(name) == _norm(module) or _top_level(info, module):
+                            return name, version
         if real.suffix in (".js", ".mjs", ".cjs") or "node_modules" in real.parts:
             found = _node_package(real)
-            if found:
+            if found and found[0] not in LAUNCHERS:
                 return found
     for p in _paths(argv, cwd):
         found = _node_package(p)
@@ -158,8 +164,14 @@ def _top_level(info: Path, module: str) -> bool:
         names = (info / "top_level.txt").read_text(encoding="utf-8").split()
     except OSError:
         try:
-            names = [Path(line.split(",")[0]).parts[0] for line in
+            names = [_module(line.split(",")[0]) for line in
                      (info / "RECORD").read_text(encoding="utf-8").splitlines() if line]
         except OSError:
             return False
     return module in names
+
+
+def _module(path: str) -> str:
+    """The top-level module a RECORD path installs: its first folder, or a single module file without `.py`."""
+    parts = Path(path).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py") if parts else ""
