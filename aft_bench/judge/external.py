@@ -110,9 +110,11 @@ def external_labels(events: Iterable[Event], criteria: Criteria) -> Labels:
     fired = {e.data["fault"] for e in evs if e.kind == "fault_fired"}
     interrupted = [e for e in evs if e.kind == "fault_fired" and e.data["kind"] in ("interruption", "server_restart")]
     recovered = None if not interrupted else (y_goal and dup == 0)
-    # a re-execution: a call the server received with the same tool and arguments as an earlier one
+    # a re-execution: a write the server received with the same tool and arguments as an earlier one (as the
+    # built-in pipeline counts them: a read asked twice is no re-execution; a tool the overlay omits may write)
     calls = [canonical_json([invocations[e.data["inv"]].data["tool"], invocations[e.data["inv"]].data["args"]])
-             for e in evs if e.kind == "forwarded"]
+             for e in evs if e.kind == "forwarded"
+             and (overlay.get(invocations[e.data["inv"]].data["tool"]) or {}).get("effect") != "read"]
     re_exec = len(calls) - len(set(calls))
     shown: set[str] = set()
     for e in evs:
