@@ -462,7 +462,7 @@ def test_identify_a_single_module_distribution_from_its_record(venv: Path) -> No
     """`python -m solo` of a distribution that installs one module file (RECORD `solo.py`) would be drafted as none."""
     site = venv / "lib" / "python3.11" / "site-packages"
     dist(site, "solo_server-0.9", meta("solo-server", "0.9"),
-         record="solo.py,sha256=q,10\nsolo_server-0.9.dist-info/METADATA,sha256=m,5\n")
+         record=",sha256=odd,0\nsolo.py,sha256=q,10\nsolo_server-0.9.dist-info/METADATA,sha256=m,5\n")
     py = str(venv / "bin" / "python")
     assert identify([py, "-m", "solo"]) == ("solo-server", "0.9")
     assert identify([py, "-m", "sol"]) is None
@@ -487,3 +487,22 @@ def test_a_launcher_is_never_the_server_it_starts(tmp_path: Path, sysbin: Path) 
     (tool / "package.json").write_text(json.dumps({"name": "npm-run-all", "version": "4.1.5"}))
     executable(tool / "bin" / "run.js", "#!/usr/bin/env node\n")
     assert identify([str(tool / "bin" / "run.js")]) == ("npm-run-all", "4.1.5")
+
+
+def test_non_ascii_names_are_read_as_utf8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    """A distribution, console script or module named in non-ASCII (`café`, a valid identifier) would be missed, or
+    crash `init-world`, where the locale's encoding is ASCII."""
+    root = tmp_path / "v"
+    executable(root / "bin" / "python")
+    executable(root / "bin" / "café-server")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    site = root / "lib" / "python3.11" / "site-packages"
+    dist(site, "cafe_mcp-1.0", meta("café-mcp", "1.0"), entry_points="[console_scripts]\ncafé-server = café:main\n",
+         top_level="café\n")
+    dist(site, "thé_mcp-2.0", meta("thé-mcp", "2.0"), record="thé/__init__.py,sha256=a,1\n")
+    assert _dists(site)[0][:2] == ("café-mcp", "1.0")
+    assert _scripts(site / "cafe_mcp-1.0.dist-info") == {"café-server"}
+    assert identify([str(root / "bin" / "café-server")]) == ("café-mcp", "1.0")
+    assert identify([str(root / "bin" / "python"), "-m", "café"]) == ("café-mcp", "1.0")
+    assert identify([str(root / "bin" / "python"), "-m", "thé"]) == ("thé-mcp", "2.0")
+    assert version_of("café-mcp", [str(root / "bin" / "python")]) == "1.0"

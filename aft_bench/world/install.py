@@ -174,4 +174,4 @@ def _top_level(info: Path, module: str) -> bool:
 def _module(path: str) -> str:
     """The top-level module a RECORD path installs: its first folder, or a single module file without `.py`."""
     parts = Path(path).parts
-    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py") if parts else ""
+    return parts[0].removesuffix(".py") if parts else ""
