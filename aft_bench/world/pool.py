@@ -159,7 +159,8 @@ class Pool:
                 got = None
             if got is not None:
                 got.ahead = True
-                self._start(key, world, parent)
+                if again:  # not after a prefetch's one world (a served episode): nothing is left made for nobody
+                    self._start(key, world, parent)
                 return got
         made = self._claim(self._submit(key, lambda: prepare(world, parent)))
         if again:
@@ -182,10 +183,13 @@ class Pool:
 
     def _claim(self, fut: Future[Prepared]) -> Prepared:
         """Wait for a world and take it out of the pool's hands (an exception if making it failed)."""
-        got = fut.result()
-        with self._lock:
-            if self._made.pop(fut, None) is None:
-                raise PoolDrained("the world pool was drained while this episode waited for its world")
+        try:
+            got = fut.result()
+        finally:  # a world that failed while made is forgotten too, not kept with its traceback until drain
+            with self._lock:
+                drained = self._made.pop(fut, None) is None
+        if drained:
+            raise PoolDrained("the world pool was drained while this episode waited for its world")
         return got
 
     def _start(self, key: Key, world: ExternalWorld, parent: Path | None) -> None:
