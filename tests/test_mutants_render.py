@@ -5,6 +5,8 @@ modules"): the terminal table `aft-bench scorecard` prints, the Markdown and JSO
 
 from __future__ import annotations
 
+import copy
+
 import json
 from pathlib import Path
 from typing import Any
@@ -420,6 +422,19 @@ def test_compare_of_a_release_with_itself_finds_nothing() -> None:
     """`--against` the same release would print changes that are not there (`nothing changed` is the known negative)."""
     assert compare(new_card(), new_card()) == []
     assert compare(old_card(), old_card()) == []
+
+
+def test_several_contradictions_are_compared_as_one_readable_line() -> None:
+    """Two contradictions of one tool would print as a Python list, or run together, in `--against`."""
+    old = new_card()
+    lies = next(t for t in old["tools"] if t["tool"] == "rename_note")
+    assert len(lies["contradictions"]) == 2
+    new = copy.deepcopy(old)
+    next(t for t in new["tools"] if t["tool"] == "rename_note")["contradictions"] = []
+    new["version"] = "2.1.0"
+    assert compare(old, new) == [f"rename_note (annotations): {'; '.join(lies['contradictions'])} -> agree"]
+    assert compare(old, new)[0] == ("rename_note (annotations): idempotentHint=false, but the re-issue made no "
+                                    "second effect; readOnlyHint=true, but the call changed the state -> agree")
 
 
 def test_a_tool_only_in_one_release_is_named_with_that_release_whichever_side_it_is_on() -> None:
