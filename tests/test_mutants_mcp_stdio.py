@@ -635,3 +635,15 @@ def test_a_launcher_that_cannot_load_its_entry_fails_the_start(tmp_path: Path) -
     assert str(caught.value) == ("the forked launcher could not load aft_test_no_such_module:main: "
                                  "ModuleNotFoundError: No module named 'aft_test_no_such_module'")
     assert srv.proc is None
+
+
+def test_a_schema_with_several_faults_is_named_the_same_whatever_the_hash_seed() -> None:
+    """`validate --live` and init-world would print another line for the same server's schema from run to run."""
+    import subprocess
+    import sys
+
+    program = ("import json; from aft_bench.world.mcp_stdio import _schema_problem; print(_schema_problem(json.dumps("
+               "{'type': 'object', 'properties': {'b': {'type': 5}, 'a': {'minimum': 'x'}}}, sort_keys=True)))")
+    said = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "2", "3", "5")}
+    assert said == {"its inputSchema is not a JSON Schema: 'x' is not of type 'number'\n"}
