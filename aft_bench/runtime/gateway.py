@@ -13,6 +13,8 @@ invocation, and verification answered from the probe.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -278,7 +280,7 @@ class Gateway:
         try:
             self._resource.foreign_write()
         except ResourceFailed as exc:
-            raise WorldFailed(str(exc)) from None
+            raise WorldFailed(str(exc), exc.field) from None
         self._observe("world_write")
 
     # -- what a gateway can add ------------------------------------------------------------------------------
@@ -303,7 +305,7 @@ class Gateway:
         try:
             now = self._resource.probe()
         except ResourceFailed as exc:
-            raise WorldFailed(str(exc)) from None
+            raise WorldFailed(str(exc), exc.field) from None
         result = snapshot.holds(overlay.identity, now, args, self.s0)
         self.trace.append("verification", tool=tool, args=dict(args), holds=result, hash=digest(now))
         return result
@@ -312,7 +314,7 @@ class Gateway:
         try:
             self.state = self._resource.probe()
         except ResourceFailed as exc:
-            raise WorldFailed(str(exc)) from None
+            raise WorldFailed(str(exc), exc.field) from None
         return self.state
 
     def _outbound(self, answer: ToolAnswer) -> ToolAnswer:
@@ -329,11 +331,17 @@ class Gateway:
 
 
 def _map(value: Any, old: str, new: str) -> Any:
-    """Every string in a JSON-shaped value with the path prefix `old` replaced by `new`."""
+    """Every string in a JSON-shaped value with the path `old` replaced by `new` where it is a whole path or a
+    path's first part (`/workspace`, `/workspace/a`; never `/workspaces/a` or `/workspace2`)."""
     if isinstance(value, str):
-        return value.replace(old, new)
+        return _path_of(old).sub(lambda _: new, value) if old in value else value
     if isinstance(value, (list, tuple)):
         return [_map(v, old, new) for v in value]
     if isinstance(value, dict):
         return {k: _map(v, old, new) for k, v in value.items()}
     return value
+
+
+@functools.lru_cache(maxsize=16)
+def _path_of(path: str) -> re.Pattern[str]:
+    return re.compile(re.escape(path) + r"(?![\w-])")
