@@ -344,7 +344,10 @@ def probe_folder(root: Path, env: dict[str, str], timeout: float, spec: Probe | 
         dirnames.sort()
         base = Path(dirpath)
         for d in dirnames:
-            dirs[(base / d).relative_to(root).as_posix()] = {"dir": True}
+            if (base / d).is_symlink():  # a link to a folder is a link, never walked (os.walk does not follow it)
+                files[(base / d).relative_to(root).as_posix()] = {"symlink": os.readlink(base / d)}
+            else:
+                dirs[(base / d).relative_to(root).as_posix()] = {"dir": True}
         for f in sorted(filenames):
             p = base / f
             if p.is_symlink():
@@ -370,7 +373,8 @@ def probe_sqlite(path: Path, env: dict[str, str], timeout: float, spec: Probe | 
     if not regular(path):
         return {"records": records}
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+        # as a URI, percent-encoded: a '?' or '#' in the name had cut it short (an empty file made, the wrong one read)
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=timeout)
     except sqlite3.Error as exc:
         raise ResourceFailed(f"{path.name}: {exc}") from None
     try:
