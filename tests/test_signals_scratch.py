@@ -44,8 +44,11 @@ def _servers(tmp_path: Path) -> list[int]:
 
 def _start(args: list[str], tmp_path: Path, scratch: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TMPDIR": str(scratch)}
+    # as started from a terminal: SIGHUP at its default, even where the suite itself runs under nohup (an ignored
+    # signal is inherited, and a command rightly leaves a signal ignored that it was started ignoring)
     return subprocess.Popen([sys.executable, "-m", "aft_bench.cli", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
 
 def _wait(pred, seconds: float = 60) -> bool:  # type: ignore[no-untyped-def]
