@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from aft_bench.common import untrusted_json
+from aft_bench.common.cache import BoundedCache
 from aft_bench.common.canonical import Frozen, canonical_json, canonical_pair
 from aft_bench.common.gcpause import paused
 from aft_bench.common.lifetime import contained
@@ -108,22 +109,20 @@ def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: P
         if spec.builtin is None:
             return check_snapshot(_command_probe(spec, root, env, folder), f"world '{world_id}': probe")
         path = inside(root, spec.path)
+        builtin = spec.builtin
+
+        def read() -> dict[str, Any]:
+            return check_snapshot(BUILTIN[builtin](path, env, spec.timeout_s, spec), f"world '{world_id}': probe")
+
         memo = _memo_key(spec, path)
-        if memo is not None and memo in _READ:
-            return _READ[memo].thaw()
-        snap = check_snapshot(BUILTIN[spec.builtin](path, env, spec.timeout_s, spec), f"world '{world_id}': probe")
-        if memo is not None:
-            _READ[memo] = Frozen(snap)
-            while len(_READ) > READ_KEPT:
-                del _READ[next(iter(_READ))]
-        return snap
+        return read() if memo is None else _READ.get(memo, lambda: Frozen(read())).thaw()
     except ResourceFailed as exc:
         raise ResourceFailed(f"world '{world_id}': probe failed: {exc}", field) from None
 
 
 ONE_FILE = ("jsonl", "jsonl_graph")  # built-ins whose snapshot is a function of one file's bytes alone
 READ_KEPT = 4
-_READ: dict[tuple[str, str], Frozen] = {}  # (the probe, the file's SHA-256) -> its snapshot, the newest last
+_READ: BoundedCache[tuple[str, str], Frozen] = BoundedCache(READ_KEPT)  # (the probe, the file's bytes' SHA-256)
 
 
 def _memo_key(spec: Probe, path: Path) -> tuple[str, str] | None:
