@@ -248,3 +248,143 @@ def test_serve_annotates_a_real_servers_tools_from_the_overlay_and_an_omitted_on
                                                   t.annotations.idempotent_hint) for n, t in tools.items()}
     assert got == expected
     assert json.dumps(sorted(tools)) == '["append", "echo", "refuse"]'
+
+
+# -- every tool an agent is shown, whole, and the corners of `call` and `_render` ---------------------------------
+STATUS_TOOL = {"name": "get_invocation_status", "description": "Whether an invocation reached the server, and its "
+               "answer.", "parameters": {"type": "object", "properties": {"invocation_id": {
+                   "type": "string", "description": "Invocation id from an earlier result."}},
+                   "required": ["invocation_id"]}}
+VERIFY_TOOL = {"name": "verify_effect", "description": "Evidence from the real state whether a call's intended "
+               "effect holds now.", "parameters": {"type": "object", "properties": {
+                   "tool": {"type": "string", "description": "Tool whose effect to check."},
+                   "arguments": {"type": "object", "description": "The arguments of that call."}},
+                   "required": ["tool", "arguments"]}}
+SEARCH_TOOL = {"name": "search_tools", "description": "Search the server's tools; returns the top 5 capability "
+               "cards.", "parameters": {"type": "object", "properties": {"query": {
+                   "type": "string", "description": "What you want to do."}}, "required": ["query"]}}
+DESCRIBE_TOOL = {"name": "describe_tool", "description": "Load the full schema of a tool so it can be called.",
+                 "parameters": {"type": "object", "properties": {"name": {"type": "string",
+                                                                          "description": "Tool name."}},
+                                "required": ["name"]}}
+
+
+def test_every_lifecycle_and_discovery_tool_is_shown_whole_with_its_role(opened: Gateway) -> None:
+    """The exact schema of each added tool (its words are part of the instrument: an agent reads them) and the
+    role that decides how `serve` annotates and routes it."""
+    face, full = _surface(opened, "GW-full")
+    assert full[3:] == [STATUS_TOOL, VERIFY_TOOL]
+    assert {t.name: t.role for t in face.surface()} == {"echo": "business", "append": "business",
+                                                        "refuse": "business", "get_invocation_status": "lifecycle",
+                                                        "verify_effect": "lifecycle"}
+    face, selective = _surface(opened, "GW-selective")
+    assert selective == [SEARCH_TOOL, DESCRIBE_TOOL]
+    assert [t.role for t in face.surface()] == ["discovery", "discovery"]
+    assert face.shown_bytes == len(canonical_json(selective).encode("utf-8"))
+    surfaces = [e.data for e in opened.trace.events() if e.kind == "surface"]
+    assert {k: v for k, v in surfaces[-1].items() if k != "tokens"} == {
+        "tools": ["search_tools", "describe_tool"], "full": True, "business": ["echo", "append", "refuse"]}
+
+
+def test_a_new_surface_under_selective_discovery_forgets_what_was_loaded(opened: Gateway) -> None:
+    """A loaded tool must be loaded again after the surface is shown anew (as after a restart of the agent)."""
+    face, _ = _surface(opened, "GW-selective")
+    face.call("describe_tool", {"name": "echo"})
+    assert face.call("echo", {"text": "once"}).content == {"status": "ok", "result": {"text": "once"}}
+    face.surface()
+    assert face.materialized == set()
+    assert face.call("echo", {"text": "twice"}).content == {
+        "status": "error", "error": "unknown_tool", "detail": "no tool named echo (load it with describe_tool first)"}
+
+
+def test_discovery_events_count_the_tokens_of_exactly_what_was_shown(opened: Gateway) -> None:
+    """search_tools' event carries the query and the tokens of the cards shown; describe_tool's the tokens of the
+    schema; a search without a query ranks against the empty text and still shows all three."""
+    from aft_bench.interface.tokens import count_tokens
+
+    face, _ = _surface(opened, "GW-selective")
+    found = face.call("search_tools", {}).content["result"]["tools"]
+    assert sorted(t["name"] for t in found) == ["append", "echo", "refuse"]
+    face.call("describe_tool", {"name": "refuse"})
+    discovered, materialize = [e.data for e in opened.trace.events() if e.kind in ("discovered", "materialize")]
+    assert discovered == {"query": None, "tools": [t["name"] for t in found],
+                          "tokens": count_tokens(canonical_json(found))}
+    assert materialize == {"tools": ["refuse"], "tokens": count_tokens(canonical_json(
+        {"name": "refuse", "description": "Refuse, with isError.", "parameters": {"type": "object"}}))}
+
+
+def test_missing_lifecycle_arguments_are_named_as_given(opened: Gateway) -> None:
+    """No invocation id, no tool: the answer names what was (not) asked, and nothing reaches the server."""
+    face, _ = _surface(opened, "GW-full")
+    assert face.call("get_invocation_status", {}).content == {
+        "status": "error", "error": "unknown_invocation", "detail": "no invocation None"}
+    assert face.call("verify_effect", {}).content == {
+        "status": "error", "error": "no_postcondition", "detail": "no known effect to check for None"}
+    assert face.call("describe_tool", {}).content == {"status": "error", "error": "unknown_tool",
+                                                      "detail": "no tool named describe_tool"}
+    assert not [e for e in opened.trace.events() if e.kind == "server_call"]
+
+
+def test_the_agents_arguments_are_never_changed_and_a_key_goes_only_where_keys_are_kept(opened: Gateway) -> None:
+    """The key is taken off a write's arguments only under a key condition, and never off the caller's dict; a
+    read's key, and any key without the mechanism, reaches the server as an ordinary argument; the key is shown
+    back as given while the record holds its text."""
+    face, _ = _surface(opened, "GW-key")
+    given = {"text": "a", "idempotency_key": 7}
+    assert face.call("append", given).content == {"status": "ok", "result": {"text": "appended"},
+                                                  "effect": {"idempotency_key": 7, "replayed": False}}
+    assert given == {"text": "a", "idempotency_key": 7}
+    assert face.call("append", {"text": "a", "idempotency_key": "7"}).content == {
+        "status": "ok", "result": {"text": "appended"}, "effect": {"idempotency_key": "7", "replayed": True}}
+    assert face.call("echo", {"text": "r", "idempotency_key": "k"}).content == {"status": "ok",
+                                                                               "result": {"text": "r"}}
+    status, _ = _surface(opened, "GW-status")
+    assert status.call("append", {"text": "b", "idempotency_key": "k"}).content == {
+        "status": "ok", "result": {"text": "appended"}, "invocation_id": "inv-4"}
+    asked = [(e.data["inv"], e.data["args"], e.data["key"]) for e in opened.trace.events() if e.kind == "invocation"]
+    assert asked == [("inv-1", {"text": "a"}, "7"), ("inv-2", {"text": "a"}, "7"),
+                     ("inv-3", {"text": "r", "idempotency_key": "k"}, None),
+                     ("inv-4", {"text": "b", "idempotency_key": "k"}, None)]
+    assert [e.data["inv"] for e in opened.trace.events() if e.kind == "forwarded"] == ["inv-1", "inv-3", "inv-4"]
+    assert (opened.resource.root / "notes.txt").read_text() == "a\nb\n"
+
+
+def test_an_unstructured_condition_with_the_record_shows_interruptions_and_conflicts_as_text(tmp_path: Path) -> None:
+    """Text results with the invocation record: `INTERRUPTED: <id>`; text results with keys: a reused key with other
+    arguments is `ERROR key_conflict: ...`."""
+    import dataclasses
+
+    text_status = dataclasses.replace(load_conditions().resolve("GW-status"), structured=False)
+    gw = Gateway(_world(tmp_path), Trace(),
+                 GatewaySchedule(id="t", faults=(GatewayFault(kind="interruption", tool="append"),))).open()
+    try:
+        told = GatewayInterface(gw, text_status).call("append", {"text": "x"})
+        assert (told.content, told.dropped) == ("INTERRUPTED: inv-1", False)
+    finally:
+        gw.close()
+    text_key = dataclasses.replace(load_conditions().resolve("GW-key"), structured=False)
+    keyed = tmp_path / "keyed"
+    keyed.mkdir()
+    gw = Gateway(_world(keyed), Trace(), keys=True).open()
+    try:
+        face = GatewayInterface(gw, text_key)
+        assert face.call("append", {"text": "x", "idempotency_key": "k"}).content == 'OK: {"text":"appended"}'
+        assert face.call("append", {"text": "y", "idempotency_key": "k"}).content == (
+            "ERROR key_conflict: this idempotency key was used with other arguments")
+    finally:
+        gw.close()
+
+
+def test_a_servers_structured_content_is_passed_on_beside_its_text(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that answers structuredContent: the agent gets both, under structured and text results alike."""
+    monkeypatch.setenv("ECHO_STRUCTURED", "1")
+    gw = Gateway(_world(tmp_path), Trace()).open()
+    try:
+        face = GatewayInterface(gw, load_conditions().resolve("GW-bare"))
+        assert face.call("echo", {"text": "s"}).content == {"status": "ok", "result": {
+            "text": "s", "structured": {"echoed": "s"}}}
+        text = GatewayInterface(gw, load_conditions().resolve("I0"))
+        assert text.call("echo", {"text": "t"}).content == 'OK: {"structured":{"echoed":"t"},"text":"t"}'
+    finally:
+        gw.close()

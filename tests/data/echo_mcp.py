@@ -85,6 +85,8 @@ for line in sys.stdin:
                 fh.write(text + "\n")
             text = "appended"
         result = {"content": [{"type": "text", "text": text}], "isError": False}
+        if os.environ.get("ECHO_STRUCTURED"):  # a server that also answers structuredContent
+            result["structuredContent"] = {"echoed": text}
     else:
         print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no method"}}),
               flush=True)
