@@ -255,13 +255,11 @@ def test_the_gate_fails_on_exactly_the_classes_it_is_told() -> None:
 
 def test_an_example_that_changed_nothing_contradicts_no_annotation() -> None:
     from aft_bench.scorecard.card import Outcome, contradictions
-    from aft_bench.world.external import ToolOverlay
 
     nothing = Outcome("bare", "no_effect", 0, None, None, None, {})
-    w = ToolOverlay(effect="write")
-    assert contradictions({"idempotentHint": False, "readOnlyHint": True}, w, nothing) == ()
+    assert contradictions({"idempotentHint": False, "readOnlyHint": True}, nothing) == ()
     made = Outcome("bare", "silent_success", None, None, None, None, {}, effect={"files": {"added": ["x"]}})
-    assert contradictions({"readOnlyHint": True}, w, made) == ("readOnlyHint=true, but the call changed the state",)
+    assert contradictions({"readOnlyHint": True}, made) == ("readOnlyHint=true, but the call changed the state",)
 
 
 def test_an_unannotated_write_is_drafted_destructive_and_not_idempotent() -> None:

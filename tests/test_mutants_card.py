@@ -24,7 +24,7 @@ from aft_bench.runtime.gateway import Gateway, GatewayFault, GatewaySchedule
 from aft_bench.runtime.trace import Trace
 from aft_bench.scorecard.answers import answer_value, failure_signal, resolve, text_of
 from aft_bench.scorecard.card import Outcome, Scorecard, contradictions, measure, undeclared
-from aft_bench.world.external import FAILURE_PHRASES, ToolOverlay, load_external
+from aft_bench.world.external import FAILURE_PHRASES, load_external
 
 # The server: every tool works on files in its folder (the resource, probed by the built-in folder probe).
 SERVER = r'''
@@ -401,21 +401,20 @@ def _bare(cls: str, realized: int | None = None, changes: dict | None = None, ef
 def test_read_only_hint_is_contradicted_by_any_change_the_measurement_saw() -> None:
     """readOnlyHint=true contradicted by the call's change, the re-issue's, or a realized effect; not by nothing,
     not by an unmeasured or no-effect outcome, and not when the hint is false or absent."""
-    w = ToolOverlay(effect="write")
     said = ("readOnlyHint=true, but the call changed the state",)
     ro = {"readOnlyHint": True}
-    assert contradictions(ro, w, _bare("silent_success", effect={"files": {"added": ["x"]}})) == said
-    assert contradictions(ro, w, _bare("silent_success", changes={"files": {"added": ["x"]}})) == said
-    assert contradictions(ro, w, _bare("silent_success", realized=1)) == said
-    assert contradictions(ro, w, _bare("silent_success", realized=0)) == ()
-    assert contradictions({"readOnlyHint": False}, w, _bare("duplicate", realized=2)) == ()
-    assert contradictions({}, w, _bare("duplicate", realized=2)) == ()
+    assert contradictions(ro, _bare("silent_success", effect={"files": {"added": ["x"]}})) == said
+    assert contradictions(ro, _bare("silent_success", changes={"files": {"added": ["x"]}})) == said
+    assert contradictions(ro, _bare("silent_success", realized=1)) == said
+    assert contradictions(ro, _bare("silent_success", realized=0)) == ()
+    assert contradictions({"readOnlyHint": False}, _bare("duplicate", realized=2)) == ()
+    assert contradictions({}, _bare("duplicate", realized=2)) == ()
     for cls in ("unmeasured", "no_effect"):
-        assert contradictions({**ro, "idempotentHint": False}, w, _bare(cls, realized=1)) == ()
-    assert contradictions({**ro, "idempotentHint": False}, w, None) == ()
-    assert contradictions({"idempotentHint": False}, w, _bare("safe", realized=1)) == (
+        assert contradictions({**ro, "idempotentHint": False}, _bare(cls, realized=1)) == ()
+    assert contradictions({**ro, "idempotentHint": False}, None) == ()
+    assert contradictions({"idempotentHint": False}, _bare("safe", realized=1)) == (
         "idempotentHint=false, but the re-issue made no second effect",)
-    assert contradictions({"idempotentHint": True}, w, _bare("duplicate", realized=2)) == (
+    assert contradictions({"idempotentHint": True}, _bare("duplicate", realized=2)) == (
         "idempotentHint=true, but the re-issue made a second effect",)
     assert undeclared({"idempotentHint": True}, None) == ()
     assert undeclared({"idempotentHint": True}, _bare("no_effect")) == ("readOnlyHint",)

@@ -590,6 +590,26 @@ def test_tools_that_change_after_a_start_matched_are_the_servers_failure(tmp_pat
     assert _nothing_left(tmp_path / "s")
 
 
+def test_a_restarted_server_whose_tools_changed_fails_the_episode_instead_of_serving_another_surface(
+        tmp_path: Path) -> None:
+    """A server_restart fault whose new process lacks `append`: WorldFailed naming tools.append, at the restart,
+    before the call is forwarded to a server that no longer has the tool the agent was shown."""
+    world = _world(tmp_path / "w", server='env = { ECHO_BAD = "tools-change" }\n')
+    (tmp_path / "s").mkdir()
+    gw = Gateway(world, Trace(), GatewaySchedule(id="r", faults=(GatewayFault(kind="server_restart", tool="append"),)),
+                 resource_parent=tmp_path / "s").open()
+    try:
+        with pytest.raises(WorldFailed) as exc:
+            gw.invoke("append", {"text": "x"})
+        assert (str(exc.value), exc.value.field) == (
+            "world 'echoes': the server's tools changed after an earlier start matched the world: tools.append: the "
+            "server lists no such tool (it lists: echo, refuse)", "tools.append")
+        assert [e.kind for e in gw.trace.events()][-2:] == ["invocation", "fault_armed"]  # not restarted, not sent
+    finally:
+        gw.close()
+    assert _nothing_left(tmp_path / "s")
+
+
 def test_a_world_file_edited_to_name_another_tool_is_judged_as_a_new_world(tmp_path: Path) -> None:
     """The same file matched once, then edited to name a tool the server lacks: the file's error, not the server's."""
     folder = tmp_path / "w"

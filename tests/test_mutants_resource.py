@@ -165,7 +165,8 @@ def test_the_foreign_write_runs_every_command_in_order_and_names_its_field(tmp_p
 
 
 def test_a_world_files_probe_and_environment_name_its_own_folder_and_the_resource(tmp_path: Path) -> None:
-    """A probe script kept beside world.toml would not be found, or would read another folder than the resource."""
+    """A probe script kept beside world.toml would not be found, or would read another folder than the resource;
+    `{version}` is the server's in the probe's command as in the fixture's (it expanded to nothing there)."""
     folder = tmp_path / "world"
     folder.mkdir()
     (folder / "dump.sh").write_text('printf \'{"records": {"seen": {"it": {"arg": "%s", "env": "%s", "pwd": "%s"}}}}\' '
@@ -173,13 +174,13 @@ def test_a_world_files_probe_and_environment_name_its_own_folder_and_the_resourc
     (folder / "world.toml").write_text(
         'kind = "mcp_stdio"\nid = "wf"\n[server]\npackage = "p"\nversion = "9"\ncommand = ["srv"]\n'
         '[fixture]\nenv = { SEEN = "{world}|{version}" }\ncommands = [["cp", "{world}/seed.txt", "seed.txt"]]\n'
-        '[probe]\ncommand = ["sh", "{world}/dump.sh", "{root}"]\n[tools.t]\neffect = "read"\n')
+        '[probe]\ncommand = ["sh", "{world}/dump.sh", "{root}:{version}"]\n[tools.t]\neffect = "read"\n')
     (folder / "seed.txt").write_text("seed\n")
     res = Resource(load_external(folder), tmp_path).make()
     try:
         assert res.root.name.startswith("aft-wf-")
         assert res.env() == {"SEEN": f"{folder}|9"}
-        assert res.probe() == {"records": {"seen": {"it": {"arg": str(res.root), "env": f"{folder}|9",
+        assert res.probe() == {"records": {"seen": {"it": {"arg": f"{res.root}:9", "env": f"{folder}|9",
                                                            "pwd": str(res.root)}}}}
         assert (res.root / "seed.txt").read_text() == "seed\n"
     finally:

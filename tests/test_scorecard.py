@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aft_bench.scorecard.card import classify, contradictions, measure
 from aft_bench.scorecard.render import compare, failures
-from aft_bench.world.external import ToolOverlay, load_external
+from aft_bench.world.external import load_external
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,17 +106,16 @@ def test_classify_and_contradictions_known_positives_and_negatives() -> None:
     def out(cls: str, realized: int) -> Outcome:
         return Outcome("bare", cls, realized, None, None, None, {})
 
-    w = ToolOverlay(effect="write")
-    assert contradictions({"idempotentHint": True}, w, out("duplicate", 2)) == (
+    assert contradictions({"idempotentHint": True}, out("duplicate", 2)) == (
         "idempotentHint=true, but the re-issue made a second effect",)
-    assert contradictions({"idempotentHint": True}, w, out("silent_success", 1)) == ()
-    assert contradictions({"idempotentHint": False}, w, out("duplicate", 2)) == ()
-    assert contradictions({"idempotentHint": False}, w, out("false_failure", 1)) == (
+    assert contradictions({"idempotentHint": True}, out("silent_success", 1)) == ()
+    assert contradictions({"idempotentHint": False}, out("duplicate", 2)) == ()
+    assert contradictions({"idempotentHint": False}, out("false_failure", 1)) == (
         "idempotentHint=false, but the re-issue made no second effect",)
-    assert contradictions({}, w, out("false_failure", 1)) == ()  # absent: undeclared, not a contradiction
+    assert contradictions({}, out("false_failure", 1)) == ()  # absent: undeclared, not a contradiction
     assert undeclared({}, out("false_failure", 1)) == ("readOnlyHint", "idempotentHint")
     assert undeclared({"readOnlyHint": False, "idempotentHint": False}, out("duplicate", 2)) == ()
-    assert "readOnlyHint=true" in contradictions({"readOnlyHint": True, "idempotentHint": True}, w,
+    assert "readOnlyHint=true" in contradictions({"readOnlyHint": True, "idempotentHint": True},
                                                  out("silent_success", 1))[0]
 
 

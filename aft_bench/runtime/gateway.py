@@ -274,6 +274,7 @@ class Gateway:
             self._start_server()
         except ServerFailed as exc:
             raise WorldFailed(f"world '{self.world.id}': restart: {exc}") from None
+        _check_tools_again(self.world, self.listed)  # the agent's surface was built from the first start's tools
         self.trace.append("server_restart")
 
     def _foreign_write(self) -> None:

@@ -152,7 +152,7 @@ def _changed(o: Outcome) -> bool:
     return bool(o.effect) or bool(o.changes) or bool(o.realized)
 
 
-def contradictions(annotations: dict[str, Any], overlay: ToolOverlay, bare: Outcome | None) -> tuple[str, ...]:
+def contradictions(annotations: dict[str, Any], bare: Outcome | None) -> tuple[str, ...]:
     """Where an annotation the server declares disagrees with what was measured; an absent one contradicts
     nothing (it is `undeclared`)."""
     if bare is None or bare.cls in ("unmeasured", "no_effect"):
@@ -206,7 +206,7 @@ def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
             bare = next((o for o in outcomes if o.treatment == "bare"), None)
             cards.append(ToolCard(name, i, ex.args, ex.note, annotations,
                                   overlay.model_dump(mode="json", include={"effect", "idempotent", "destructive"}),
-                                  tuple(outcomes), contradictions(annotations, overlay, bare),
+                                  tuple(outcomes), contradictions(annotations, bare),
                                   undeclared(annotations, bare)))
     return Scorecard(world.id, world.server.package, world.server.version, info, protocol, tuple(cards),
                      tuple(untested), installed_version(world), tuple(world.answers.failure))

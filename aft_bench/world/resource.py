@@ -97,17 +97,20 @@ class Resource:
 
     def probe(self) -> dict[str, Any]:
         """The real state now, as a canonical snapshot."""
-        return probe(self.world.probe, self.root, self.env(), self.world.id, self.world.folder)
+        return probe(self.world.probe, self.root, self.env(), self.world.id, self.world.folder,
+                     self.world.server.version)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: Path | None = None) -> dict[str, Any]:
+def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: Path | None = None,
+          version: str = "") -> dict[str, Any]:
+    """The real state under `root` as `spec` reads it; a probe command's `{version}` is the server's `version`."""
     field = "probe.command" if spec.command is not None else f"probe.{spec.builtin}"
     try:
         if spec.builtin is None:
-            return check_snapshot(_command_probe(spec, root, env, folder), f"world '{world_id}': probe")
+            return check_snapshot(_command_probe(spec, root, env, folder, version), f"world '{world_id}': probe")
         path = inside(root, spec.path)
         builtin = spec.builtin
 
@@ -162,9 +165,9 @@ def check_snapshot(snap: Any, who: str) -> dict[str, Any]:
         raise ResourceFailed(f"gave a value that is not canonical JSON: {exc}") from None
 
 
-def _command_probe(spec: Probe, root: Path, env: dict[str, str], folder: Path | None) -> Any:
+def _command_probe(spec: Probe, root: Path, env: dict[str, str], folder: Path | None, version: str) -> Any:
     assert spec.command is not None
-    argv = [expand(a, root, "", folder) for a in spec.command]
+    argv = [expand(a, root, version, folder) for a in spec.command]
     try:
         done = subprocess.run(argv, cwd=root, env={**os.environ, **env}, capture_output=True, timeout=spec.timeout_s)
     except subprocess.TimeoutExpired:
