@@ -46,8 +46,11 @@ $(WORLDS_STAMP): worlds/servers/python.txt worlds/servers/package.json worlds/se
 ## test-servers: third-party MCP servers no shipped world is written for (tests/servers/), beside the pinned ones
 ## in .worlds: the any-server tests score them from world folders written from the tutorial alone
 TEST_SERVERS_STAMP := $(WORLDS_DIR)/.test-servers
+# the SARIF 2.1.0 schema the atlas's SARIF is validated against (tests/test_atlas.py), as Microsoft's jest-sarif
+# package ships it (only that file is kept; nothing of the package is installed or run)
+SARIF_SCHEMA := $(WORLDS_DIR)/test-node/sarif/sarif-2.1.0-rtm.5.json
 .PHONY: test-servers
-test-servers: $(TEST_SERVERS_STAMP)
+test-servers: $(TEST_SERVERS_STAMP) $(SARIF_SCHEMA)
 $(TEST_SERVERS_STAMP): tests/servers/python.txt tests/servers/package.json tests/servers/package-lock.json $(WORLDS_STAMP)
 	@grep -v '^#' tests/servers/python.txt | grep . | while read -r pins; do \
 		dir=$(WORLDS_DIR)/$$(echo $$pins | cut -d' ' -f1 | sed 's/==/-/'); \
@@ -59,6 +62,12 @@ $(TEST_SERVERS_STAMP): tests/servers/python.txt tests/servers/package.json tests
 	@# sqlite3 (mcp-server-sqlite-npx's) builds its native module from source when no prebuilt one downloads
 	cd $(WORLDS_DIR)/test-node && npm ci --silent --no-audit --no-fund
 	touch $(TEST_SERVERS_STAMP)
+
+$(SARIF_SCHEMA):
+	mkdir -p $(@D)
+	cd $(@D) && npm pack --silent @microsoft/jest-sarif@1.0.0-beta.0 >/dev/null && \
+		tar -xzf microsoft-jest-sarif-1.0.0-beta.0.tgz --strip-components=3 package/lib/schemas/sarif-2.1.0-rtm.5.json && \
+		rm microsoft-jest-sarif-1.0.0-beta.0.tgz
 
 STAMP_TIME := $(shell date +%Y%m%d-%H%M%S)
 RUN_DIR := results/paper_deterministic-$(STAMP_TIME)

@@ -29,7 +29,7 @@ from conftest import ROOT, WORLDS, task_of
 PACKAGE = ROOT / "aft_bench"
 # From the bottom up: a subpackage may import only subpackages before it.
 ORDER = ["common", "world", "runtime", "interface", "routing", "tasks", "judge", "agents", "episode", "experiment", "serving",
-         "scorecard", "analysis",
+         "scorecard", "atlas", "analysis",
          "viewer", "cli"]
 
 

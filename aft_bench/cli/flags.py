@@ -57,3 +57,29 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise FlagError(f"{self.prog.removeprefix('aft-bench ')}: {' '.join(message.split())}")
+
+
+def executor(args: argparse.Namespace) -> str | None:
+    """The Dask scheduler address `run` or `atlas` uses (None: this machine's executors); the extra must be
+    installed."""
+    from aft_bench.common.errors import InputError
+    from aft_bench.experiment.cluster import missing_extra
+
+    if args.executor != "dask":
+        if args.scheduler is not None:
+            raise InputError("--scheduler", "--scheduler", args.scheduler, "is only used with --executor dask")
+        return None
+    problem = missing_extra()
+    if problem is not None:
+        raise InputError("--executor", "--executor", "dask", problem)
+    return args.scheduler or "local"
+
+
+def scheduler_flag(text: str) -> str:
+    """`--scheduler`: tcp://host:port or local[:N], checked before anything runs."""
+    from aft_bench.experiment.cluster import parse
+
+    try:
+        return str(parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aft_bench import __version__
-from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, number
+from aft_bench.cli.flags import COUNT, PORT, SEED, FlagError, OneLineParser, executor, number, scheduler_flag
 from aft_bench.common import memory
 from aft_bench.common.errors import (CeilingReached, EvidenceError, InputError, OutputError, TraceIntegrityError,
                                      WorldFailed)
@@ -110,37 +110,13 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _executor(args: argparse.Namespace) -> str | None:
-    """The Dask scheduler address `run` uses (None: this machine's executors); the extra must be installed."""
-    from aft_bench.experiment.cluster import missing_extra
-
-    if args.executor != "dask":
-        if args.scheduler is not None:
-            raise InputError("--scheduler", "--scheduler", args.scheduler, "is only used with --executor dask")
-        return None
-    problem = missing_extra()
-    if problem is not None:
-        raise InputError("--executor", "--executor", "dask", problem)
-    return args.scheduler or "local"
-
-
-def _scheduler_flag(text: str) -> str:
-    """`--scheduler`: tcp://host:port or local[:N], checked before anything runs."""
-    from aft_bench.experiment.cluster import parse
-
-    try:
-        return str(parse(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from aft_bench.agents.registry import preflight
     from aft_bench.experiment.config import load_matrix
     from aft_bench.experiment.progress import progress_for
     from aft_bench.experiment.runner import run_matrix
 
-    scheduler = _executor(args)
+    scheduler = executor(args)
     if scheduler is None and (args.workers > 1 or args.loops > 1):  # worker processes likely: their server
         from aft_bench.experiment.executors import start_process_server  # starts loading beside ours
 
@@ -357,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", choices=("local", "dask"), default="local",
                    help="where cells run: this machine (default) or a Dask cluster (the extra aft-bench[dask]); "
                         "not part of the config's identity: the same rows either way")
-    r.add_argument("--scheduler", type=_scheduler_flag, metavar="ADDRESS",
+    r.add_argument("--scheduler", type=scheduler_flag, metavar="ADDRESS",
                    help="with --executor dask: tcp://host:port of a running scheduler, or local[:N] to start N "
                         "worker processes on 127.0.0.1 (default local: min(2, cores))")
     r.add_argument("--record", metavar="CASSETTE", help="record every model call of the run's llm agents (request "
@@ -438,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aft_bench.cli.scorecard import add_parsers as add_scorecard
 
     add_scorecard(sub, _worlds_dir)
+    from aft_bench.cli.atlas import add_parsers as add_atlas
+
+    add_atlas(sub)
 
     fk = sub.add_parser("fake-llm", help="serve the offline OpenAI-compatible model (tests, demos, benchmarks)")
     fk.add_argument("--host", default="127.0.0.1")

@@ -24,49 +24,20 @@ def _world_path(ref: str, worlds: Path) -> Path:
     return worlds / ref / WORLD_FILE
 
 
-def _unplaced(args: Any, schema: Any) -> Any:
-    """Arguments with each `{before.N...}` placeholder left out of the schema check (its value comes at run time;
-    the property stays present, as a value of its declared type where the schema gives one)."""
-    from aft_bench.scorecard.answers import PLACEHOLDER
-    from aft_bench.world.draft import SAMPLE
-
-    if not isinstance(args, dict):
-        return args
-    props = (schema or {}).get("properties") or {} if isinstance(schema, dict) else {}
-    return {k: (SAMPLE.get(str((props.get(k) or {}).get("type")), v) if isinstance(v, str) and PLACEHOLDER.match(v)
-                else v) for k, v in args.items()}
-
-
 def _check_examples(world: Any, listed: list[dict[str, Any]], path: Path) -> None:
     """Every example call's arguments are accepted by the live server's input schema for its tool."""
-    import jsonschema
-    from referencing.exceptions import Unresolvable
-
     from aft_bench.common.errors import InputError
+    from aft_bench.scorecard.schemas import refusal
 
-    schemas = {str(t.get("name")): _without_patterns(t.get("inputSchema") or {}) for t in listed}
+    schemas = {str(t.get("name")): t.get("inputSchema") or {} for t in listed}
     for name, tool in world.tools.items():
         for i, ex in enumerate(tool.examples):
             for where, call_tool, args in [(f"tools.{name}.examples.{i}.args", name, ex.args)] + [
                     (f"tools.{name}.examples.{i}.before.{j}.args", c.tool, c.args) for j, c in enumerate(ex.before)]:
-                try:
-                    jsonschema.validate(_unplaced(args, schemas.get(call_tool, {})), schemas.get(call_tool, {}))
-                except jsonschema.ValidationError as exc:
+                said = refusal(args, schemas.get(call_tool, {}))
+                if said is not None:
                     raise InputError(path, where, args, f"world '{world.id}': the server's schema for {call_tool} "
-                                     f"refuses it: {exc.message}") from None
-                except (jsonschema.SchemaError, RecursionError, Unresolvable) as exc:  # a $ref that loops or leads
-                    raise InputError(path, where, args, f"world '{world.id}': the server's schema for {call_tool} "
-                                     f"cannot be checked against ({type(exc).__name__})") from None
-
-
-def _without_patterns(schema: Any) -> Any:
-    """A server's schema without its regular expressions (`pattern`, `patternProperties`): matching a text against
-    a server's regex is a server's chance to hang the check (a pattern that backtracks without end)."""
-    if isinstance(schema, dict):
-        return {k: _without_patterns(v) for k, v in schema.items() if k not in ("pattern", "patternProperties")}
-    if isinstance(schema, list):
-        return [_without_patterns(v) for v in schema]
-    return schema
+                                     f"{said}")
 
 
 def _placeholders(world: Any, path: Path) -> None:
@@ -257,69 +228,12 @@ def _absolute_args(command: list[str]) -> list[str]:
     return out
 
 
-def _wrote(s0: dict[str, Any], s1: dict[str, Any]) -> bool:
-    """Whether a call changed the state beyond creating an empty store (a server that makes its empty todo.txt or
-    database file at first use has not written by listing it)."""
-    from aft_bench.world import snapshot
-
-    for coll, d in snapshot.diff(s0, s1).items():
-        if d["removed"] or d["changed"]:
-            return True
-        recs = snapshot.records(s1, coll)
-        if any(recs[k].get("size") != 0 for k in d["added"]):
-            return True
-    return False
-
-
-MEASURE_MAX = 40  # tools init-world calls with no arguments to measure their effect (the rest: guessed)
-MEASURE_LISTED_MAX = 500  # a server listing more is drafted without measuring any (each start checks them all)
-
-
-def _measure_effects(world: Any, listed: list[dict[str, Any]]) -> dict[str, bool]:
-    """Each tool that needs no arguments, called once with none on a fresh server and folder: did it change the
-    state (the probe's diff)? A tool whose call fails or whose server breaks is left unmeasured."""
-    from aft_bench.runtime.gateway import Gateway, WorldFailed
-    from aft_bench.runtime.trace import Trace
-    from aft_bench.world import snapshot
-
-    out: dict[str, bool] = {}
-    if len(listed) > MEASURE_LISTED_MAX:  # each episode would check thousands of tools: draft, measure none
-        return out
-    tried = 0
-    for tool in listed:
-        name = str(tool.get("name"))
-        schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
-        if schema.get("required") or name not in world.tools:
-            continue
-        tried += 1
-        if tried > MEASURE_MAX:  # each is a fresh server: a server listing thousands would keep init-world for hours
-            break
-        gw = Gateway(world, Trace())
-        try:
-            gw.open()
-            d = gw.invoke(name, {})
-            if d.answer is None or d.answer.is_error:
-                continue
-            out[name] = _wrote(gw.s0, gw.final_state())
-        except WorldFailed:
-            continue
-        finally:
-            gw.close()
-    return out
-
-
 def cmd_init_world(args: argparse.Namespace) -> int:
     """Start the server in an empty folder, list its tools, measure what it can, and draft a world folder."""
-    import shutil
-    import tempfile
-
     from aft_bench.common.errors import InputError
-    from aft_bench.common.files import write_atomic
-    from aft_bench.common.scratch import scratch_dir
-    from aft_bench.world import install
-    from aft_bench.world.draft import draft, pick_probe
-    from aft_bench.world.external import expand, load_external
-    from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
+    from aft_bench.scorecard.drafting import NothingToDraft, draft_folder
+    from aft_bench.world.external import load_external
+    from aft_bench.world.mcp_stdio import ServerFailed
 
     command = _absolute_args(args.command[1:] if args.command[:1] == ["--"] else list(args.command))
     if not command:
@@ -333,44 +247,22 @@ def cmd_init_world(args: argparse.Namespace) -> int:
     target = Path(os.path.abspath(args.into if args.into is not None else base / args.name))
     if (target / WORLD_FILE).exists():
         raise InputError(target / WORLD_FILE, "init-world", str(target), "already exists; give a new name")
-    with tempfile.TemporaryDirectory(prefix="aft-init-", dir=scratch_dir()) as tmp:
-        root = Path(tmp) / "root"
-        root.mkdir()
-        try:  # what the server says on stderr is shown when it fails (credentials redacted)
-            with StdioServer([expand(c, root, "", target) for c in command], cwd=root, timeout_s=args.timeout,
-                             stderr_path=Path(tmp) / "server.log") as srv:
-                listed, info = srv.tools(), dict(srv.server_info)
-        except ServerFailed as exc:
-            print(f"aft-bench: init-world: {exc}", file=sys.stderr)
-            return 1
-    listed = [t for t in listed if isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("name")]
-    if not listed:
-        print("aft-bench: init-world: the server lists no tools: there is nothing to draft", file=sys.stderr)
+    try:  # what the server says on stderr is shown when it fails (credentials redacted)
+        d = draft_folder(args.name, command, target, args.timeout)
+    except ServerFailed as exc:
+        print(f"aft-bench: init-world: {exc}", file=sys.stderr)
         return 1
-    installed = install.identify([expand(c, Path("/nonexistent-aft-root"), "", target) for c in command])
-    probe = pick_probe(command, installed[0] if installed else None)
-    made = not target.exists()
-    first = next((d for d in reversed([target, *target.parents]) if not d.exists()), None)  # the outermost made
-    target.mkdir(parents=True, exist_ok=True)
-    try:
-        write_atomic(target / WORLD_FILE, draft(args.name, command, listed, info, installed, probe, {}))
-        measured = _measure_effects(load_external(target), listed)
-        text = draft(args.name, command, listed, info, installed, probe, measured)
-        write_atomic(target / WORLD_FILE, text)
-    except BaseException:
-        if made:  # every folder this made, ./worlds too when it made that (nothing left of a failed draft)
-            shutil.rmtree(first or target, ignore_errors=True)
-        else:
-            (target / WORLD_FILE).unlink(missing_ok=True)
-        raise
+    except NothingToDraft as exc:
+        print(f"aft-bench: init-world: {exc}", file=sys.stderr)
+        return 1
     world = load_external(target)
     writes = world.writes()
-    pkg = f"{installed[0]} {installed[1]} (read from the install)" if installed else \
+    pkg = f"{d.installed[0]} {d.installed[1]} (read from the install)" if d.installed else \
         "package and version unknown (the install could not be read: fill them in)"
     shown = os.path.relpath(target) if target.is_relative_to(Path.cwd()) else str(target)
-    print(f"drafted {shown}/{WORLD_FILE}: {len(listed)} tools, {len(writes)} may write ({len(measured)} measured "
-          f"with no arguments)\n  server: {pkg}\n  probe: {probe.builtin}"
-          + (f" {probe.path}" if probe.path != "." else "") + f" ({probe.why})\n"
+    print(f"drafted {shown}/{WORLD_FILE}: {len(d.listed)} tools, {len(writes)} may write ({len(d.measured)} measured "
+          f"with no arguments)\n  server: {pkg}\n  probe: {d.probe.builtin}"
+          + (f" {d.probe.path}" if d.probe.path != "." else "") + f" ({d.probe.why})\n"
           f"next: give each example real arguments (or delete it), then\n  aft-bench validate --live {shown}\n"
           f"  aft-bench scorecard {shown}")
     return 0

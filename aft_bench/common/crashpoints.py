@@ -5,7 +5,7 @@ the n-th time it reaches <point> (n counts from 1); `<point>:<n>:TERM` (or `INT`
 Points: `before_commit`, `after_commit` (pipeline, around the backend's commit), `before_seal` (runner,
 after the run's response and labels but before its trace is sealed and flushed), `mid_row` (journal: half a
 row line written), `after_row` (journal: the row line durable), `bundle_item` (`view --bundle`: a run or pair
-page written), `folder_made` (an atomic folder write: its temporary folder just made), `after_server_answer` (an external world's gateway: a real server answered, its process running).
+page written), `folder_made` (an atomic folder write: its temporary folder just made), `after_server_answer` (an external world's gateway: a real server answered, its process running), `atlas_cell` (an atlas: a cell's record just written).
 """
 
 from __future__ import annotations

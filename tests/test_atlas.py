@@ -1,0 +1,306 @@
+"""`aft-bench atlas` as a user runs it, offline: a real registry on 127.0.0.1 (tests/atlas_index.py) serving real
+wheels of a small notes server whose releases behave differently, real pip installs into the atlas's cache, real
+server processes, the real CLI. Each test asserts the exact classes, reasons, files and exit codes a user reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from atlas_index import Registry  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+AFT = [sys.executable, "-m", "aft_bench.cli"]
+NOTES = """[atlas]
+id = "notes-test"
+
+[[servers]]
+name = "notes"
+registry = "pypi"
+package = "atlas-notes-mcp"
+since = "1.0"
+command = ["{install}/bin/notes-mcp", "{root}/notes.jsonl"]
+probe = { builtin = "jsonl", path = "notes.jsonl" }
+
+[servers.examples]
+add_note = [{ args = { text = "buy milk" } }]
+clear_notes = [{ before = [{ tool = "add_note", args = { text = "call the bank" } }] }]
+"""
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[Registry]:
+    r = Registry()
+    yield r
+    r.stop()
+
+
+def atlas(registry: Registry, cwd: Path, *args: str, env: dict[str, str] | None = None, cache: Path | None = None,
+          timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`aft-bench atlas` run from `cwd` (its atlas file `a.toml`), pip and the atlas pointed at the registry."""
+    e = {k: v for k, v in os.environ.items() if k != "AFT_BENCH_KILL_AT"}
+    e.update(registry.env(), **(env or {}))
+    return subprocess.run([*AFT, "atlas", "a.toml", "--out", "out", "--cache", str(cache or cwd / "cache"), *args],
+                          cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def folder(tmp: Path, text: str = NOTES) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "a.toml").write_text(text, encoding="utf-8")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def measured(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One whole atlas of the four releases, measured once for the tests that read it."""
+    cwd = folder(tmp_path_factory.mktemp("atlas-whole"))
+    done = atlas(registry, cwd)
+    assert done.returncode == 0, done.stderr
+    return cwd
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "dataset.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_each_release_is_installed_measured_and_what_could_not_be_is_untestable_with_its_reason(measured: Path) -> None:
+    out = measured / "out"
+    bare = {(r["release"], r["tool"]): (r["class"], r["signal"]) for r in _rows(out) if r["treatment"] == "bare"}
+    assert bare == {
+        ("1.0", "add_note"): ("duplicate", "state: the re-issue changed it again"),
+        ("1.0", "clear_notes"): ("silent_success", "state: the call changed it; answer: success"),
+        ("2.0", "add_note"): ("false_failure", 'state: the call changed it; answer: text "error"'),
+        ("2.0", "clear_notes"): ("silent_success", "state: the call changed it; answer: success"),
+    }
+    untestable = {(r["release"], r["tool"]): r["reason"] for r in _rows(out) if r["status"] == "untestable"}
+    assert untestable[("1.0", "tag_note")] == "it needs arguments and the atlas entry gives no example call"
+    assert untestable[("2.0", "tag_note")] == "it needs arguments and the atlas entry gives no example call"
+    assert untestable[("3.0", None)] == ("start: the server exited (status 3) before it answered initialize; its last "
+                                          "words: notes: cannot open the store")
+    assert untestable[("4.0", None)].startswith("install: pip install atlas-notes-mcp==4.0 exited 1: ")
+    assert "atlas-no-such-library" in untestable[("4.0", None)]
+    assert len(untestable) == 4
+    # three treatments for each measured example, nothing else
+    assert sorted((r["release"], r["tool"], r["treatment"]) for r in _rows(out) if r["status"] == "measured") == \
+        sorted((rel, tool, t) for rel in ("1.0", "2.0") for tool in ("add_note", "clear_notes")
+               for t in ("bare", "key", "verify"))
+    # 2.0's helper library came out in 1.0 and 2.0; 2.0 of it after the notes release: the install took 1.0
+    helper = next((measured / "cache" / "pypi" / "atlas-notes-mcp-2.0").glob("lib/python*/site-packages/notes_helper"))
+    assert (helper / "__init__.py").read_text() == 'VERSION = "1.0"\n'
+    lock = json.loads((measured / "a.lock.json").read_text())
+    assert lock["servers"]["notes"]["releases"] == ["1.0", "2.0", "3.0", "4.0"]
+    assert lock["servers"]["notes"]["published"]["2.0"] == "2025-06-01T10:00:00Z"
+    cell = json.loads((out / "cells" / "notes" / "2.0.json").read_text())
+    assert cell["as_of"] == "2025-06-02T10:00:00Z"
+
+
+def test_drift_findings_badge_and_evidence_are_the_measured_ones(measured: Path) -> None:
+    out = measured / "out"
+    assert json.loads((out / "drift.json").read_text()) == [
+        {"server": "notes", "tool": "add_note", "from": "1.0", "to": "2.0", "what": "class", "old": "duplicate",
+         "new": "false_failure"},
+        {"server": "notes", "tool": "add_note", "from": "1.0", "to": "2.0", "what": "idempotentHint",
+         "old": "contradicted", "new": "true"}]
+    doc = json.loads((out / "index.json").read_text())
+    assert doc["findings"] == {
+        "servers": 1, "measured_servers": 1, "cells": 4, "measured_cells": 2, "writing_tools": 2,
+        "classes": {"duplicate": 0, "false_failure": 1, "silent_success": 1, "safe": 0}, "untestable_tools": 1,
+        "hints": {"readOnlyHint": {"contradicted": 0, "undeclared": 1, "true": 1},
+                  "idempotentHint": {"contradicted": 0, "undeclared": 1, "true": 1}}}
+    assert json.loads((out / "badges" / "notes.json").read_text()) == {
+        "schemaVersion": 1, "label": "lost-answer re-issue", "message": "2.0: 1 false failure, 1 silent success",
+        "color": "orange"}
+    ev = json.loads((out / "evidence" / "notes.json").read_text())
+    assert ev["release"] == "2.0" and ev["untestable"] == {
+        "tag_note": "it needs arguments and the atlas entry gives no example call"}
+    add = next(t for t in ev["tools"] if t["tool"] == "add_note")
+    assert add["hints"] == [{"hint": "readOnlyHint", "declared": False, "truth": "consistent"},
+                            {"hint": "idempotentHint", "declared": True, "truth": "consistent"}]
+    assert add["effect"] == {"lines": {"added": ["1"], "changed": [], "removed": []}}  # the witness: a line added
+    assert add["reissue_changes"] == {}  # and the re-issue added none
+    clear = next(t for t in ev["tools"] if t["tool"] == "clear_notes")
+    assert [h["truth"] for h in clear["hints"]] == ["undeclared", "undeclared"]
+    assert clear["effect"] == {"lines": {"added": [], "changed": [], "removed": ["1"]}}
+    assert clear["reissue_changes"] == {}
+    summary = (out / "summary.md").read_text()
+    assert "Of **2 writing tools on 1 servers**" in summary
+    assert "| 0 | 1 | 1 | 0 | 1 |" in summary
+    assert "- notes `add_note` 1.0 → 2.0: class duplicate → false_failure" in summary
+
+
+def test_a_rerun_asks_no_registry_and_measures_nothing_twice(registry: Registry, measured: Path) -> None:
+    before = {p: p.read_bytes() for p in (measured / "out" / "cells").rglob("*.json")}
+    asked = len(registry.hits)
+    done = atlas(registry, measured)
+    assert done.returncode == 0, done.stderr
+    assert "atlas notes-test: 4 server-releases, 4 already recorded, 0 to measure" in done.stderr
+    assert len(registry.hits) == asked  # the lock and the cache answer everything
+    assert {p: p.read_bytes() for p in (measured / "out" / "cells").rglob("*.json")} == before
+
+
+def test_an_entry_changed_is_measured_again_and_only_its_own_cells(registry: Registry, measured: Path,
+                                                                   tmp_path: Path) -> None:
+    import shutil
+
+    cwd = tmp_path / "changed"
+    shutil.copytree(measured, cwd, ignore=shutil.ignore_patterns("cache"))
+    two = NOTES + '\n[[servers]]\nname = "notes-again"\nregistry = "pypi"\npackage = "atlas-notes-mcp"\n' \
+        'releases = ["2.0"]\ncommand = ["{install}/bin/notes-mcp", "{root}/n.jsonl"]\n' \
+        'probe = { builtin = "jsonl", path = "n.jsonl" }\n[servers.examples]\nadd_note = [{ args = { text = "x" } }]\n'
+    (cwd / "a.toml").write_text(two.replace('text = "buy milk"', 'text = "buy bread"'))
+    done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    # the notes entry changed (its example): its four cells again; the new server's one cell; nothing else
+    assert "5 server-releases, 0 already recorded, 5 to measure" in done.stderr
+    rows = _rows(cwd / "out")
+    assert {(r["server"], r["release"], r["tool"], r["class"]) for r in rows if r["treatment"] == "bare"} == {
+        ("notes", "1.0", "add_note", "duplicate"), ("notes", "1.0", "clear_notes", "silent_success"),
+        ("notes", "2.0", "add_note", "false_failure"), ("notes", "2.0", "clear_notes", "silent_success"),
+        ("notes-again", "2.0", "add_note", "false_failure")}
+
+
+def test_kill_9_mid_atlas_then_the_rerun_gives_the_uninterrupted_dataset(registry: Registry, measured: Path,
+                                                                         tmp_path: Path) -> None:
+    cwd = folder(tmp_path / "killed")
+    killed = atlas(registry, cwd, "--workers", "2", env={"AFT_BENCH_KILL_AT": "atlas_cell:2"},
+                   cache=measured / "cache")
+    assert killed.returncode == -signal.SIGKILL
+    recorded = sorted(p.name for p in (cwd / "out" / "cells" / "notes").glob("*.json"))
+    assert len(recorded) == 2 and not (cwd / "out" / "dataset.jsonl").exists()
+    done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "4 server-releases, 2 already recorded, 2 to measure" in done.stderr
+    for name in ("dataset.jsonl", "drift.json", "index.json", "atlas.sarif", "badges/notes.json",
+                 "evidence/notes.json", "summary.md"):
+        assert (cwd / "out" / name).read_bytes() == (measured / "out" / name).read_bytes(), name
+
+
+def test_dask_gives_the_dataset_a_local_run_gives(registry: Registry, measured: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e .[dask])")
+    cwd = folder(tmp_path / "dask")
+    done = atlas(registry, cwd, "--executor", "dask", "--scheduler", "local:2", cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    for name in ("dataset.jsonl", "drift.json", "index.json", "atlas.sarif"):
+        assert (cwd / "out" / name).read_bytes() == (measured / "out" / name).read_bytes(), name
+
+
+def _sarif_schema() -> dict:
+    schema = ROOT / ".worlds" / "test-node" / "sarif" / "sarif-2.1.0-rtm.5.json"
+    servers = os.environ.get("AFT_BENCH_SERVERS")
+    if servers:
+        schema = Path(servers) / "test-node" / "sarif" / "sarif-2.1.0-rtm.5.json"
+    if not schema.exists():
+        pytest.skip(f"no SARIF schema at {schema}: make test-servers fetches it")
+    return json.loads(schema.read_text(encoding="utf-8"))
+
+
+def test_the_sarif_validates_against_the_sarif_2_1_0_schema_and_names_each_finding(measured: Path) -> None:
+    import jsonschema
+
+    schema = _sarif_schema()
+    log = json.loads((measured / "out" / "atlas.sarif").read_text())
+    jsonschema.Draft4Validator(schema).validate(log)
+    found = [(r["ruleId"], r["locations"][0]["logicalLocations"][0]["fullyQualifiedName"]) for r in
+             log["runs"][0]["results"]]
+    assert found == [("duplicate", "atlas-notes-mcp@1.0/add_note"), ("annotation", "atlas-notes-mcp@1.0/add_note"),
+                     ("false_failure", "atlas-notes-mcp@2.0/add_note")]
+    dup = log["runs"][0]["results"][0]
+    assert dup["level"] == "error"
+    assert dup["message"]["text"] == ('add_note (atlas-notes-mcp 1.0): its re-issue after a lost answer is a '
+                                      'duplicate. Evidence: args {"text": "buy milk"}; state: the re-issue changed '
+                                      'it again')
+    # known negative: the same log with a level SARIF does not have is refused by the schema
+    bad = json.loads(json.dumps(log))
+    bad["runs"][0]["results"][0]["level"] = "fatal"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(schema).validate(bad)
+
+
+def test_sarif_reports_the_classes_the_user_names(registry: Registry, measured: Path, tmp_path: Path) -> None:
+    import shutil
+
+    cwd = tmp_path / "sarif"
+    shutil.copytree(measured, cwd, ignore=shutil.ignore_patterns("cache"))
+    done = atlas(registry, cwd, "--sarif", "silent-success", cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    log = json.loads((cwd / "out" / "atlas.sarif").read_text())
+    assert [(r["ruleId"], r["properties"]["release"], r["locations"][0]["logicalLocations"][0]["name"])
+            for r in log["runs"][0]["results"]] == [("silent_success", "1.0", "clear_notes"),
+                                                    ("silent_success", "2.0", "clear_notes")]
+    bad = atlas(registry, cwd, "--sarif", "duplicates", cache=measured / "cache")
+    assert bad.returncode == 2 and "unknown class" in bad.stderr and "'duplicates'" in bad.stderr
+
+
+@pytest.mark.parametrize("text, field, said", [
+    (NOTES.replace('since = "1.0"', 'since = "1.0"\nreleases = ["1.0"]'), "releases",
+     "name the releases, or `since` one (not both)"),
+    (NOTES.replace('"{install}/bin/notes-mcp"', '"notes-mcp"'), "command", "name its folder as {install}"),
+    (NOTES.replace('registry = "pypi"', 'registry = "cran"'), "registry", "pypi"),
+    (NOTES.replace('since = "1.0"', 'since = "1.0"\npins = ["--index-url=http://evil"]'), "pins.0",
+     "never an option"),
+    (NOTES.replace("[atlas]\n", ""), "atlas", "an atlas file begins with an [atlas] table"),
+    (NOTES + "\n[[servers]]" + NOTES.split("[[servers]]")[1], "servers.1.name", "two servers have this name"),
+])
+def test_a_bad_atlas_file_is_one_line_naming_its_field_and_writes_nothing(registry: Registry, tmp_path: Path,
+                                                                          text: str, field: str, said: str) -> None:
+    cwd = folder(tmp_path / "bad", text)
+    done = atlas(registry, cwd)
+    assert done.returncode == 2, done.stderr
+    assert field in done.stderr and said in done.stderr and "a.toml" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (cwd / "out").exists() and not (cwd / "a.lock.json").exists()
+
+
+def test_a_release_the_registry_does_not_have_is_bad_input_naming_it(registry: Registry, tmp_path: Path) -> None:
+    cwd = folder(tmp_path / "nosuch", NOTES.replace('since = "1.0"', 'releases = ["1.0", "9.9"]'))
+    done = atlas(registry, cwd)
+    assert done.returncode == 2
+    assert "releases" in done.stderr and "no stable release 9.9" in done.stderr
+    assert not (cwd / "out").exists()
+
+
+def test_offline_without_a_lock_is_bad_input_and_asks_no_registry(registry: Registry, tmp_path: Path) -> None:
+    cwd = folder(tmp_path / "offline")
+    asked = len(registry.hits)
+    done = atlas(registry, cwd, "--offline")
+    assert done.returncode == 2 and "not in the atlas lock" in done.stderr
+    assert len(registry.hits) == asked
+
+
+CHROMIUM = os.environ.get("AFT_BENCH_CHROMIUM", "/usr/bin/chromium")
+
+
+def test_the_atlas_page_opens_from_disk_in_a_real_browser_lists_every_server_and_nothing_overlaps(
+        measured: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (CI installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from test_viewer_browser import OVERLAPS_JS
+
+    page_file = measured / "out" / "site" / "index.html"
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            for width in (1280, 420):
+                pg = b.new_page(viewport={"width": width, "height": 900})
+                requested: list[str] = []
+                pg.on("request", lambda r: requested.append(r.url))
+                pg.goto(page_file.as_uri())
+                assert [s.get_attribute("data-server") for s in pg.locator("[data-testid=atlas-server]").all()] == \
+                    ["notes"]
+                assert pg.locator("[data-testid=atlas-tool]").count() == 3  # add_note, clear_notes, tag_note
+                assert "duplicate" in pg.locator("[data-server=notes]").inner_text()
+                assert pg.locator("[data-testid=atlas-drift] li").count() == 2
+                assert pg.evaluate(OVERLAPS_JS) == [], width
+                assert requested == [page_file.as_uri()]  # nothing fetched: it opens from disk alone
+                pg.close()
+        finally:
+            b.close()
