@@ -33,6 +33,10 @@ probe = { builtin = "jsonl", path = "notes.jsonl" }
 [servers.examples]
 add_note = [{ args = { text = "buy milk" } }]
 clear_notes = [{ before = [{ tool = "add_note", args = { text = "call the bank" } }] }]
+
+[servers.claims]
+add_note = { idempotent = true, source = "its README: adding the same note twice keeps one" }
+clear_notes = { idempotent = false, source = "its README: clearing twice is an error" }
 """
 
 
@@ -114,7 +118,19 @@ def test_drift_findings_badge_and_evidence_are_the_measured_ones(measured: Path)
         "servers": 1, "measured_servers": 1, "cells": 4, "measured_cells": 2, "writing_tools": 2,
         "classes": {"duplicate": 0, "false_failure": 1, "silent_success": 1, "safe": 0}, "untestable_tools": 1,
         "hints": {"readOnlyHint": {"contradicted": 0, "undeclared": 1, "true": 1},
-                  "idempotentHint": {"contradicted": 0, "undeclared": 1, "true": 1}}}
+                  "idempotentHint": {"contradicted": 0, "undeclared": 1, "true": 1}},
+        # the docs' claims against the newest release: add_note keeps one (a false failure, but no second note);
+        # clearing again is no error there (a silent success): that claim is contradicted
+        "claims": [
+            {"server": "notes", "release": "2.0", "tool": "add_note", "idempotent": True,
+             "source": "its README: adding the same note twice keeps one", "truth": "consistent",
+             "class": "false_failure"},
+            {"server": "notes", "release": "2.0", "tool": "clear_notes", "idempotent": False,
+             "source": "its README: clearing twice is an error", "truth": "contradicted", "class": "silent_success"}]}
+    one = json.loads((out / "cells" / "notes" / "1.0.json").read_text())
+    from aft_bench.atlas.dataset import verdicts
+
+    assert verdicts(one)["add_note"]["claim"]["truth"] == "contradicted"  # 1.0 duplicated: the claim did not hold
     assert json.loads((out / "badges" / "notes.json").read_text()) == {
         "schemaVersion": 1, "label": "lost-answer re-issue", "message": "2.0: 1 false failure, 1 silent success",
         "color": "orange"}
@@ -134,6 +150,10 @@ def test_drift_findings_badge_and_evidence_are_the_measured_ones(measured: Path)
     assert "Of **2 writing tools on 1 servers**" in summary
     assert "| 0 | 1 | 1 | 0 | 1 |" in summary
     assert "- notes `add_note` 1.0 → 2.0: class duplicate → false_failure" in summary
+    assert ("| notes | 2.0 | `clear_notes` | not idempotent | silent_success | contradicted | its README: clearing "
+            "twice is an error |") in summary
+    assert add["claim"] == {"idempotent": True, "source": "its README: adding the same note twice keeps one",
+                            "truth": "consistent"}
 
 
 def test_a_rerun_asks_no_registry_and_measures_nothing_twice(registry: Registry, measured: Path) -> None:
@@ -304,3 +324,32 @@ def test_the_atlas_page_opens_from_disk_in_a_real_browser_lists_every_server_and
                 pg.close()
         finally:
             b.close()
+
+
+def test_install_only_fills_the_cache_from_the_lock_and_measures_nothing(registry: Registry, measured: Path,
+                                                                         tmp_path: Path) -> None:
+    import shutil
+
+    cwd = folder(tmp_path / "install")
+    shutil.copy(measured / "a.lock.json", cwd / "a.lock.json")
+    done = subprocess.run([*AFT, "atlas", "a.toml", "--install-only", "--offline", "--cache", str(cwd / "c")], cwd=cwd,
+                          env={**os.environ, **registry.env()}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (f"atlas notes-test: 3 of 4 releases installed in {cwd / 'c'}; 1 could not be "
+                                   "(their cells will be untestable)")
+    assert sorted(p.name for p in (cwd / "c" / "pypi").iterdir() if p.is_dir()) == [
+        "atlas-notes-mcp-1.0", "atlas-notes-mcp-2.0", "atlas-notes-mcp-3.0"]
+    assert not (cwd / "out").exists()
+
+
+def test_retry_untestable_measures_only_the_untestable_cells_again(registry: Registry, measured: Path,
+                                                                   tmp_path: Path) -> None:
+    import shutil
+
+    cwd = tmp_path / "retry"
+    shutil.copytree(measured, cwd, ignore=shutil.ignore_patterns("cache"))
+    done = atlas(registry, cwd, "--retry-untestable", cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "4 server-releases, 2 already recorded, 2 to measure" in done.stderr
+    assert sorted(ln.split(":")[0].split("] ")[1] for ln in done.stderr.splitlines() if ln.startswith("[")) == [
+        "notes 3.0", "notes 4.0"]

@@ -50,6 +50,7 @@ def evidence(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if cell is None:
         return {"server": cells[0]["server"] if cells else None, "release": None, "tools": []}
     tools = []
+    said = verdicts(cell)
     for tc in cell["card"]["tools"]:
         bare = next((o for o in tc["outcomes"] if o["treatment"] == "bare"), None)
         if bare is None:
@@ -63,9 +64,10 @@ def evidence(cells: list[dict[str, Any]]) -> dict[str, Any]:
             hints.append({"hint": hint, "declared": declared, "truth": truth})
         tools.append({"tool": tc["tool"], "example": tc["example"], "args": tc["args"], "hints": hints,
                       "class": bare["cls"], "observed": _observed(bare), "signal": bare["signal"],
-                      "effect": bare["effect"], "reissue_changes": bare["changes"]})
+                      "effect": bare["effect"], "reissue_changes": bare["changes"],
+                      **({"claim": said[tc["tool"]]["claim"]} if "claim" in said.get(tc["tool"], {}) else {})})
     return {"server": cell["server"], "package": cell["package"], "release": cell["release"],
             "measured": "each example on a fresh server and folder: the call with its answer lost, then re-issued "
                         "byte for byte; the state read by the world's probe, never from the server's answers",
-            "tools": tools, "untestable": {n: s["reason"] for n, s in verdicts(cell).items()
+            "tools": tools, "untestable": {n: s["reason"] for n, s in said.items()
                                           if s["status"] != "measured"}}

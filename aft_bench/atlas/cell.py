@@ -47,7 +47,7 @@ def _untestable(entry: Entry, release: str, reason: str, started: float) -> dict
 
 def _head(entry: Entry, release: str) -> dict[str, Any]:
     return {"cell": CELL_VERSION, "server": entry.name, "registry": entry.registry, "package": entry.package,
-            "release": release}
+            "release": release, "claims": {t: c.model_dump(mode="json") for t, c in sorted(entry.claims.items())}}
 
 
 def world_data(entry: Entry, release: str, drafted: dict[str, Any], listed: list[dict[str, Any]]

@@ -66,7 +66,18 @@ def verdicts(cell: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out[name] = {"status": st["status"], "reason": st["reason"], "class": cls if st["status"] == "measured"
                      else None, "hints": hint_truth(cards) if st["status"] == "measured" else {},
                      "annotations": dict(cards[0]["annotations"]) if cards else {}}
+        claim = (cell.get("claims") or {}).get(name)
+        if claim is not None:
+            out[name]["claim"] = {**claim, "truth": claim_truth(claim, out[name]["class"])}
     return out
+
+
+def claim_truth(claim: dict[str, Any], cls: str | None) -> str:
+    """A documented idempotency claim against the bare class: a duplicate contradicts `idempotent = true`, any
+    other writing class contradicts `idempotent = false`; no write measured checks nothing."""
+    if cls not in WRITING:
+        return "unmeasured"
+    return "contradicted" if (cls == "duplicate") == bool(claim["idempotent"]) else "consistent"
 
 
 def rows(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,8 +146,12 @@ def findings(cells: list[dict[str, Any]]) -> dict[str, Any]:
     classes = dict.fromkeys(WRITING, 0)
     hints = {h: {"contradicted": 0, "undeclared": 0, "true": 0} for h in MEASURED_HINTS}
     untestable = 0
+    claims: list[dict[str, Any]] = []
     for c in newest.values():
-        for v in verdicts(c).values():
+        for tool, v in verdicts(c).items():
+            if "claim" in v:
+                claims.append({"server": c["server"], "release": c["release"], "tool": tool, **v["claim"],
+                               "class": v["class"]})
             if v["status"] != "measured":
                 untestable += 1
             elif v["class"] in WRITING:
@@ -147,4 +162,4 @@ def findings(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return {"servers": len({c["server"] for c in cells}), "measured_servers": len(newest),
             "cells": len(cells), "measured_cells": sum(1 for c in cells if c["status"] == "measured"),
             "writing_tools": sum(classes.values()), "classes": classes, "untestable_tools": untestable,
-            "hints": hints}
+            "hints": hints, "claims": claims}

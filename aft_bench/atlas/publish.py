@@ -51,6 +51,13 @@ def summary(doc: dict[str, Any], command: str) -> str:
              "| hint | contradicted | undeclared | true |", "|---|---:|---:|---:|"]
     for hint, n in h.items():
         lines.append(f"| `{hint}` | {n['contradicted']} | {n['undeclared']} | {n['true']} |")
+    if f["claims"]:
+        lines += ["", "What servers' own documentation claims, against the measurement:", "",
+                  "| server | release | tool | claims | measured | truth | source |", "|---|---|---|---|---|---|---|"]
+        for cl in f["claims"]:
+            lines.append(f"| {cl['server']} | {cl['release']} | `{cl['tool']}` | "
+                         f"{'idempotent' if cl['idempotent'] else 'not idempotent'} | {cl['class'] or 'untestable'} | "
+                         f"{cl['truth']} | {cl['source'].replace('|', '/')} |")
     changed = [d for d in doc["drift"] if d["what"] != "present"]
     tools = {(d["server"], d["tool"]) for d in changed}
     lines += ["", f"Drift: {len(changed)} changes between consecutive releases, on {len(tools)} tools.", ""]

@@ -90,14 +90,34 @@ def cell_path(out: Path, server: str, release: str) -> Path:
     return out / "cells" / server / f"{release}.json"
 
 
-def recorded(out: Path, p: Planned) -> dict[str, Any] | None:
-    """The cell's record where it was recorded by this shape of record and this entry, else None."""
+def recorded(out: Path, p: Planned, retry_untestable: bool = False) -> dict[str, Any] | None:
+    """The cell's record where it was recorded by this shape of record and this entry (and, with
+    `retry_untestable`, measured), else None."""
     try:
         rec = json.loads(cell_path(out, p.entry.name, p.release).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     ok = isinstance(rec, dict) and rec.get("cell") == CELL_VERSION and rec.get("entry") == entry_key(p.entry)
+    if ok and retry_untestable and rec.get("status") != "measured":
+        return None
     return rec if ok else None
+
+
+def install_all(todo: list[Planned], cache: Path, say: Callable[[str], None] | None = None) -> int:
+    """Install every planned release into the cache (nothing measured); returns how many could not be."""
+    from aft_bench.atlas.cache import InstallFailed, ensure
+
+    failed = 0
+    for k, p in enumerate(todo, 1):
+        try:
+            ensure(cache, p.entry, p.release, p.published)
+            said = "installed"
+        except InstallFailed as exc:
+            failed += 1
+            said = f"not installable: {exc}"
+        if say is not None:
+            say(f"[{k}/{len(todo)}] {p.entry.name} {p.release}: {said}")
+    return failed
 
 
 def _task(entry: Entry, release: str, published: str | None, cache: str, work: str) -> dict[str, Any]:
@@ -110,7 +130,7 @@ def _task(entry: Entry, release: str, published: str | None, cache: str, work: s
         rec = {"cell": CELL_VERSION, "server": entry.name, "registry": entry.registry, "package": entry.package,
                "release": release, "status": "untestable", "reason": redact(f"internal: {type(exc).__name__}: "
                                                                             f"{exc}")[:2000],
-               "card": None, "tools": {}, "seconds": 0.0}
+               "card": None, "tools": {}, "seconds": 0.0, "claims": {}}
     from aft_bench.atlas.cache import cutoff
 
     return {**rec, "entry": entry_key(entry), "as_of": cutoff(published)}

@@ -21,6 +21,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Claim(_Strict):
+    """What a server's own documentation says of a tool, checked against the measurement."""
+
+    idempotent: bool
+    source: str = Field(min_length=1, max_length=500)  # where it says so: a URL, or its words quoted
+
+
 class Entry(_Strict):
     """One server of the atlas: a package of a registry, the releases to measure (listed, or every release since
     one, resolved once into the lock), its command (`{install}`, `{root}`), and what a person must say that a
@@ -39,6 +46,7 @@ class Entry(_Strict):
     answers: Answers = Answers()
     examples: dict[str, tuple[Example, ...]] = Field(default_factory=dict)  # tool -> its example calls
     scripts: bool = False  # npm: let the package's install scripts run (a native module built on install)
+    claims: dict[str, Claim] = Field(default_factory=dict)  # tool -> what the server's docs claim of it
     pins: tuple[str, ...] = ()  # installed beside it, as pip or npm names them ("mcp<2"): what its release forgot
     note: str = ""
 

@@ -35,13 +35,20 @@ def cmd_atlas(args: argparse.Namespace) -> int:
         unknown = sorted(only - {e.name for e in atlas.servers})
         if unknown:
             raise InputError(path, "--only", unknown[0], "the atlas has no such server")
-    out = Path(os.path.abspath(args.out))
+    if not args.out and not args.install_only:
+        raise InputError("atlas", "--out", "", "name the atlas folder (--out DIR)")
+    out = Path(os.path.abspath(args.out or "."))
     cache = Path(os.path.abspath(args.cache)) if args.cache else default_cache()
     resolved = atlas_run.resolve(atlas, lock_path(path), refresh=args.refresh, offline=args.offline)
     planned = atlas_run.plan(atlas, resolved, only)
-    todo = [p for p in planned if atlas_run.recorded(out, p) is None]
-    out.mkdir(parents=True, exist_ok=True)
     say = None if args.quiet else atlas_run.progress_line
+    if args.install_only:
+        failed = atlas_run.install_all(planned, cache, say)
+        print(f"atlas {atlas.id}: {len(planned) - failed} of {len(planned)} releases installed in {cache}"
+              + (f"; {failed} could not be (their cells will be untestable)" if failed else ""))
+        return 0
+    todo = [p for p in planned if atlas_run.recorded(out, p, args.retry_untestable) is None]
+    out.mkdir(parents=True, exist_ok=True)
     if say is not None:
         say(f"atlas {atlas.id}: {len(planned)} server-releases, {len(planned) - len(todo)} already recorded, "
             f"{len(todo)} to measure")
@@ -68,7 +75,7 @@ def add_parsers(sub: Any) -> None:
     a = sub.add_parser("atlas", help="the scorecard of every server × release an atlas file names: dataset, drift, "
                        "SARIF, badges, annotation evidence and an Atlas page")
     a.add_argument("atlas", help="the atlas file (ATLAS.toml); its releases are resolved once into ATLAS.lock.json")
-    a.add_argument("--out", required=True, help="the atlas folder: cells/ (one file per server × release, kept "
+    a.add_argument("--out", help="the atlas folder: cells/ (one file per server × release, kept "
                    "across runs) and what is built from them")
     a.add_argument("--workers", type=integer(1, 64), default=2,
                    help="cells measured at once on this machine (default 2)")
@@ -82,6 +89,10 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--offline", action="store_true", help="never ask a registry: releases from the lock only")
     a.add_argument("--sarif", help="comma-separated classes the SARIF reports (default duplicate,false-failure,"
                    "annotation; also silent-success)")
+    a.add_argument("--install-only", action="store_true", help="install every release into the cache and stop "
+                   "(what `make atlas-install` runs from the lock)")
+    a.add_argument("--retry-untestable", action="store_true", help="measure again the cells recorded as "
+                   "untestable (an install the network broke)")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_atlas)
 
