@@ -4,7 +4,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve install
+.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve install atlas atlas-install atlas-slice
+
+## atlas: the shipped atlas (atlases/mcp.toml): every release installed from its lock into .atlas/ (atlas-install),
+## then measured into results/atlas; a rerun measures only what is missing. atlas-slice: two servers, for CI
+ATLAS ?= atlases/mcp.toml
+atlas-install: $(STAMP)
+	$(BIN)/aft-bench atlas $(ATLAS) --install-only --offline
+atlas: atlas-install
+	$(BIN)/aft-bench atlas $(ATLAS) --out results/atlas --offline
+atlas-slice: $(STAMP)
+	$(BIN)/aft-bench atlas $(ATLAS) --out results/atlas-slice --offline --only $(ATLAS_SLICE)
+ATLAS_SLICE ?= sqlite,memory
 
 ## install: set up .venv only (aft-bench on .venv/bin), for scoring your own server or running your own matrix
 install: $(STAMP)
@@ -92,7 +103,7 @@ reproduce: $(STAMP)
 ## test: set up and run the test suite
 # the suite on both cores (pytest-xdist): 2.9-4.2 min here (the machine's speed moves) against 5.3 min on one; PYTEST_WORKERS=0 runs it in one process
 PYTEST_WORKERS ?= 2
-test: $(STAMP) $(WORLDS_STAMP) $(TEST_SERVERS_STAMP)
+test: $(STAMP) $(WORLDS_STAMP) $(TEST_SERVERS_STAMP) $(SARIF_SCHEMA)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 ## gate: the CI regression gate: calibrate the detectors, run configs/ci.toml, analyze, check configs/ci_expect.toml;

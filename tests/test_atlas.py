@@ -353,3 +353,39 @@ def test_retry_untestable_measures_only_the_untestable_cells_again(registry: Reg
     assert "4 server-releases, 2 already recorded, 2 to measure" in done.stderr
     assert sorted(ln.split(":")[0].split("] ")[1] for ln in done.stderr.splitlines() if ln.startswith("[")) == [
         "notes 3.0", "notes 4.0"]
+
+
+def test_only_measures_the_servers_named_and_the_dataset_keeps_every_recorded_one(registry: Registry, measured: Path,
+                                                                                  tmp_path: Path) -> None:
+    import shutil
+
+    cwd = tmp_path / "only"
+    shutil.copytree(measured, cwd, ignore=shutil.ignore_patterns("cache"))
+    (cwd / "a.toml").write_text(NOTES + '\n[[servers]]\nname = "again"\nregistry = "pypi"\npackage = "atlas-notes-mcp"\n'
+                                'releases = ["1.0"]\ncommand = ["{install}/bin/notes-mcp", "{root}/n.jsonl"]\n'
+                                'probe = { builtin = "jsonl", path = "n.jsonl" }\n[servers.examples]\n'
+                                'add_note = [{ args = { text = "x" } }]\n')
+    done = atlas(registry, cwd, "--only", "again", cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "atlas notes-test: 1 server-releases, 0 already recorded, 1 to measure" in done.stderr
+    assert sorted({(r["server"], r["release"]) for r in _rows(cwd / "out")}) == [
+        ("again", "1.0"), ("notes", "1.0"), ("notes", "2.0"), ("notes", "3.0"), ("notes", "4.0")]
+    unknown = atlas(registry, cwd, "--only", "nosuch", cache=measured / "cache")
+    assert unknown.returncode == 2 and "--only" in unknown.stderr and "the atlas has no such server" in unknown.stderr
+
+
+def test_a_second_atlas_on_a_folder_being_written_is_refused(registry: Registry, measured: Path,
+                                                             tmp_path: Path) -> None:
+    import fcntl
+    import shutil
+
+    cwd = tmp_path / "busy"
+    shutil.copytree(measured, cwd, ignore=shutil.ignore_patterns("cache"))
+    before = (cwd / "out" / "dataset.jsonl").read_bytes()
+    with open(cwd / "out" / ".atlas.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"aft-bench: error: {cwd / 'out'}: field '--out': another aft-bench atlas is "
+                                   f"writing this folder (got '{cwd / 'out'}')")
+    assert (cwd / "out" / "dataset.jsonl").read_bytes() == before

@@ -5,10 +5,13 @@ then built from the recorded cells alone (atlas/publish.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -136,6 +139,21 @@ def _task(entry: Entry, release: str, published: str | None, cache: str, work: s
     return {**rec, "entry": entry_key(entry), "as_of": cutoff(published)}
 
 
+class WorkerLost(Exception):
+    """A worker process (or Dask worker) died under a cell: the cells recorded so far stand."""
+
+
+@contextmanager
+def writer(out: Path) -> Iterator[None]:
+    """Hold the atlas folder's writer lock (InputError: another atlas process is writing it)."""
+    with open(out / ".atlas.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(out, "--out", str(out), "another aft-bench atlas is writing this folder") from None
+        yield
+
+
 def _init_local() -> None:
     from aft_bench.common.lifetime import die_with_parent
 
@@ -152,7 +170,10 @@ def _local(todo: list[Planned], cache: Path, out: Path, workers: int) -> Iterato
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                yield f.result()
+                try:
+                    yield f.result()
+                except BrokenProcessPool as exc:
+                    raise WorkerLost(f"a worker process died ({exc})") from None
 
 
 def _dask(todo: list[Planned], cache: Path, out: Path, scheduler: str) -> Iterator[dict[str, Any]]:
@@ -164,7 +185,10 @@ def _dask(todo: list[Planned], cache: Path, out: Path, scheduler: str) -> Iterat
         futures = [client.submit(_task, p.entry, p.release, p.published, str(cache), str(out / "work" / p.entry.name / p.release),
                                  key=f"atlas-{p.entry.name}-{p.release}-{os.getpid()}", pure=False) for p in todo]
         for f in as_completed(futures):
-            yield f.result()
+            try:
+                yield f.result()
+            except Exception as exc:  # noqa: BLE001 - a worker lost under the task (the task itself never raises)
+                raise WorkerLost(f"a Dask worker failed a cell ({type(exc).__name__}: {exc})") from None
 
 
 def run(atlas: Atlas, todo: list[Planned], out: Path, cache: Path, workers: int = 2, scheduler: str | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,11 @@ from typing import Any
 def cmd_atlas(args: argparse.Namespace) -> int:
     from aft_bench.atlas import run as atlas_run
     from aft_bench.atlas.cache import default_cache
-    from aft_bench.atlas.publish import publish
     from aft_bench.atlas.releases import lock_path
     from aft_bench.atlas.sarif import RULES
     from aft_bench.atlas.spec import load_atlas
     from aft_bench.cli.flags import executor
     from aft_bench.common.errors import InputError
-    from aft_bench.viewer.atlas_page import write_page
 
     path = Path(os.path.abspath(args.atlas))
     atlas = load_atlas(path)
@@ -40,27 +39,44 @@ def cmd_atlas(args: argparse.Namespace) -> int:
     out = Path(os.path.abspath(args.out or "."))
     cache = Path(os.path.abspath(args.cache)) if args.cache else default_cache()
     resolved = atlas_run.resolve(atlas, lock_path(path), refresh=args.refresh, offline=args.offline)
-    planned = atlas_run.plan(atlas, resolved, only)
+    planned = atlas_run.plan(atlas, resolved, only)  # what this run measures; what it publishes: every server's
+    everything = atlas_run.plan(atlas, resolved)  # recorded cells (--only never shrinks a folder's dataset)
     say = None if args.quiet else atlas_run.progress_line
     if args.install_only:
         failed = atlas_run.install_all(planned, cache, say)
         print(f"atlas {atlas.id}: {len(planned) - failed} of {len(planned)} releases installed in {cache}"
               + (f"; {failed} could not be (their cells will be untestable)" if failed else ""))
         return 0
-    todo = [p for p in planned if atlas_run.recorded(out, p, args.retry_untestable) is None]
     out.mkdir(parents=True, exist_ok=True)
+    with atlas_run.writer(out):  # one atlas process per folder: the single writer of its cells
+        return _measure_and_publish(args, atlas, (planned, everything), out, cache, scheduler, classes, say)
+
+
+def _measure_and_publish(args: argparse.Namespace, atlas: Any, plans: tuple[list[Any], list[Any]], out: Path,
+                         cache: Path, scheduler: str | None, classes: tuple[str, ...] | None, say: Any) -> int:
+    from aft_bench.atlas import run as atlas_run
+    from aft_bench.atlas.publish import publish
+    from aft_bench.viewer.atlas_page import write_page
+
+    planned, everything = plans
+    todo = [p for p in planned if atlas_run.recorded(out, p, args.retry_untestable) is None]
     if say is not None:
         say(f"atlas {atlas.id}: {len(planned)} server-releases, {len(planned) - len(todo)} already recorded, "
             f"{len(todo)} to measure")
     if todo:
-        atlas_run.run(atlas, todo, out, cache, workers=args.workers, scheduler=scheduler, say=say)
+        try:
+            atlas_run.run(atlas, todo, out, cache, workers=args.workers, scheduler=scheduler, say=say)
+        except atlas_run.WorkerLost as exc:
+            print(f"aft-bench: atlas: {exc}; every cell recorded so far is kept: run again to measure the rest",
+                  file=sys.stderr)
+            return 1
     command = " ".join(shlex.quote(a) for a in ["aft-bench", "atlas", args.atlas, "--out", args.out] + (
         ["--only", args.only] if args.only else []) + (["--executor", "dask"] if scheduler else []))
-    doc = publish(out, atlas.id, [(p.entry.name, p.release, p.order) for p in planned], command,
+    doc = publish(out, atlas.id, [(p.entry.name, p.release, p.order) for p in everything], command,
                   **({"classes": classes} if classes else {}))
     write_page(out / "site" / "index.html", doc)
     f = doc["findings"]
-    print(f"atlas {atlas.id}: {f['cells']} of {len(planned)} server-releases recorded ({f['measured_cells']} "
+    print(f"atlas {atlas.id}: {f['cells']} of {len(everything)} server-releases recorded ({f['measured_cells']} "
           f"measured); {f['writing_tools']} writing tools on {f['measured_servers']} servers: "
           + ", ".join(f"{n} {c.replace('_', ' ')}" for c, n in f["classes"].items())
           + f"; {f['untestable_tools']} untestable")
