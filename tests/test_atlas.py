@@ -389,3 +389,80 @@ def test_a_second_atlas_on_a_folder_being_written_is_refused(registry: Registry,
     assert done.stderr.strip() == (f"aft-bench: error: {cwd / 'out'}: field '--out': another aft-bench atlas is "
                                    f"writing this folder (got '{cwd / 'out'}')")
     assert (cwd / "out" / "dataset.jsonl").read_bytes() == before
+
+
+def test_a_world_whose_command_names_its_own_install_is_pinned_there_not_at_the_servers_layout(tmp_path: Path,
+                                                                                             monkeypatch) -> None:
+    """The atlas runs a world's overlay on a release from its cache folder; the pin is read from that install even
+    where `{servers}` holds another version of the same package (it read the layout's before)."""
+    from aft_bench.world.external import installed_version, load_external
+
+    servers = tmp_path / "servers" / "node" / "node_modules" / "notes-pkg"
+    mine = tmp_path / "cache" / "node_modules" / "notes-pkg"
+    for where, version in ((servers, "2.0.0"), (mine, "1.0.0")):
+        (where / "dist").mkdir(parents=True)
+        (where / "package.json").write_text(json.dumps({"name": "notes-pkg", "version": version}))
+        (where / "dist" / "index.js").write_text("")
+    monkeypatch.setenv("AFT_BENCH_SERVERS", str(tmp_path / "servers"))
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "world.toml").write_text(f'''kind = "mcp_stdio"
+id = "notes"
+[server]
+package = "notes-pkg"
+version = "1.0.0"
+command = ["node", "{mine / 'dist' / 'index.js'}"]
+[probe]
+builtin = "folder"
+[tools.add]
+effect = "write"
+''')
+    assert installed_version(load_external(w)) == "1.0.0"
+    # known positive: a command that starts the server from the layout reads the layout
+    (w / "world.toml").write_text((w / "world.toml").read_text().replace(str(mine), "{servers}/node/node_modules/notes-pkg"))
+    assert installed_version(load_external(w)) == "2.0.0"
+
+
+def test_an_entry_may_name_a_world_folder_whose_overlay_and_examples_it_measures(registry: Registry, measured: Path,
+                                                                                 tmp_path: Path) -> None:
+    cwd = tmp_path / "world"
+    (cwd / "notesworld").mkdir(parents=True)
+    (cwd / "notesworld" / "world.toml").write_text('''kind = "mcp_stdio"
+id = "notesworld"
+[server]
+package = "atlas-notes-mcp"
+version = "0.0"
+command = ["never-run"]
+[probe]
+builtin = "jsonl"
+path = "notes.jsonl"
+[tools.list_notes]
+effect = "read"
+[tools.add_note]
+effect = "write"
+examples = [{ args = { text = "from the world file" } }]
+[tools.archive_note]
+effect = "write"
+''')
+    (cwd / "a.toml").write_text('''[atlas]
+id = "w"
+[[servers]]
+name = "notes"
+registry = "pypi"
+package = "atlas-notes-mcp"
+releases = ["1.0"]
+world = "notesworld"
+command = ["{install}/bin/notes-mcp", "{root}/notes.jsonl"]
+''')
+    done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(cwd / "out")
+    assert {(r["tool"], r["class"], r["reason"]) for r in rows if r["treatment"] in ("bare", None)} == {
+        ("add_note", "duplicate", ""),
+        ("archive_note", None, "release 1.0 does not list this tool the world describes"),
+        ("clear_notes", None, "the world file does not describe this tool"),
+        ("tag_note", None, "the world file does not describe this tool")}
+    card = json.loads((cwd / "out" / "cards" / "notes" / "1.0.json").read_text())
+    assert [t["args"] for t in card["tools"]] == [{"text": "from the world file"}]
+    missing = atlas(registry, folder(tmp_path / "noworld", NOTES.replace('since = "1.0"', 'since = "1.0"\nworld = "nowhere"')))
+    assert missing.returncode == 2 and "servers.0.world" in missing.stderr and "no world.toml in that folder" in missing.stderr

@@ -90,6 +90,21 @@ def world_data(entry: Entry, release: str, drafted: dict[str, Any], listed: list
     return data, skipped
 
 
+def from_world(entry: Entry, command: list[str], world: dict[str, Any], listed: list[dict[str, Any]], release: str
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+    """A world file's data on this release: its command the entry's (a world's own launcher left out), and of its
+    tools those the release lists; the tools it lists that the world does not describe, and those the world names
+    that this release lacks, untestable with why."""
+    live = {str(t.get("name")) for t in listed}
+    server = {k: v for k, v in world["server"].items() if k != "fork"}
+    out = {**world, "server": {**server, "command": command}}
+    out["tools"] = {n: t for n, t in world["tools"].items() if n in live}
+    unknown = {n: f"release {release} does not list this tool the world describes"
+               for n, t in world["tools"].items() if n not in live and t.get("effect") == "write"}
+    unknown.update({n: "the world file does not describe this tool" for n in sorted(live - set(world["tools"]))})
+    return out, unknown
+
+
 def _only(world: ExternalWorld, name: str) -> ExternalWorld:
     """The world with only `name`'s examples: one tool measured alone."""
     tools = {n: (t if n == name else t.model_copy(update={"examples": ()})) for n, t in world.tools.items()}
@@ -137,7 +152,17 @@ def measure_cell(entry: Entry, release: str, cache: Path, work: Path, published:
     except InputError as exc:
         return _untestable(entry, release, f"draft: {exc}", started)
     drafted = tomllib.loads(d.path.read_text(encoding="utf-8"))
+    if entry.world is not None:  # a person's world: its overlay for the tools this release lists
+        shutil.copytree(entry.world, target, dirs_exist_ok=True)
+        drafted, unknown = from_world(entry, command, tomllib.loads((target / WORLD_FILE).read_text(encoding="utf-8")),
+                                      d.listed, release)
+    else:
+        unknown = {}
     data, skipped = world_data(entry, release, drafted, d.listed)
+    skipped.update(unknown)
+    env = data["server"].get("env") or {}
+    if env:  # `{install}` in the environment too (a server that finds its data files beside its install)
+        data["server"]["env"] = {k: str(v).replace(INSTALL, str(folder)) for k, v in env.items()}
     (target / WORLD_FILE).write_text(tomli_w.dumps(data), encoding="utf-8")
     try:
         world = load_external(target)

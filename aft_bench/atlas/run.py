@@ -38,7 +38,8 @@ class Planned:
 
 def entry_key(entry: Entry) -> str:
     """What a cell's record depends on in its entry: a changed entry measures its cells again."""
-    return digest(entry.model_dump(mode="json", exclude={"note"}))[:16]
+    world = (Path(entry.world) / "world.toml").read_bytes().hex() if entry.world else None  # its content, too
+    return digest([entry.model_dump(mode="json", exclude={"note"}), world])[:16]
 
 
 def resolve(atlas: Atlas, lock_file: Path, refresh: bool = False, offline: bool = False

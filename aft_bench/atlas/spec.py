@@ -41,7 +41,8 @@ class Entry(_Strict):
     last: int | None = Field(default=None, ge=1, le=100)  # of those, only the newest N
     command: tuple[str, ...] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
-    probe: Probe | None = None  # None: picked from the command as init-world picks it
+    world: str | None = None  # a world folder (relative to the atlas file) whose overlay, probe and examples are used
+    probe: Probe | None = None  # None: the world's, else picked from the command as init-world picks it
     fixture: Fixture = Fixture()
     answers: Answers = Answers()
     examples: dict[str, tuple[Example, ...]] = Field(default_factory=dict)  # tool -> its example calls
@@ -104,4 +105,13 @@ def load_atlas(path: Path) -> Atlas:
     head = data.pop("atlas", None)
     if not isinstance(head, dict):
         raise InputError(path, "atlas", "<missing>", "an atlas file begins with an [atlas] table (its id)")
-    return validate(Atlas, {**head, **data}, path)
+    atlas = validate(Atlas, {**head, **data}, path)
+    servers = []
+    for i, e in enumerate(atlas.servers):  # a world folder is named relative to the atlas file, and must be one
+        if e.world is not None:
+            w = (path.parent / e.world).resolve()
+            if not (w / "world.toml").is_file():
+                raise InputError(path, f"servers.{i}.world", e.world, "no world.toml in that folder")
+            e = e.model_copy(update={"world": str(w)})
+        servers.append(e)
+    return atlas.model_copy(update={"servers": tuple(servers)})

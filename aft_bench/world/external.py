@@ -413,7 +413,10 @@ def installed_version(world: ExternalWorld) -> str | None:
     `{servers}` layout, else the venv or node package the command's program or forked interpreter lies in);
     None where it cannot be read."""
     srv = world.server
-    found = _servers_layout(srv.package, srv.version, servers_dir())
+    # the `{servers}` layout only where the command starts the server from there (a command naming its own
+    # install, an atlas's cache folder, is read there, never at the layout's copy of another version)
+    named = " ".join([*srv.command, *(srv.fork.python for _ in [0] if srv.fork is not None)])
+    found = _servers_layout(srv.package, srv.version, servers_dir()) if "{servers}" in named else None
     if found is not None:
         return found
     nowhere = Path("/nonexistent-aft-root")  # {root} names data, never the program
