@@ -149,8 +149,8 @@ def test_drift_findings_badge_and_evidence_are_the_measured_ones(measured: Path)
     summary = (out / "summary.md").read_text()
     assert "Of **2 writing tools on 1 servers**" in summary
     assert "| 0 | 1 | 1 | 0 | 1 |" in summary
-    assert "- notes `add_note` 1.0 → 2.0: class duplicate → false_failure" in summary
-    assert ("| notes | 2.0 | `clear_notes` | not idempotent | silent_success | contradicted | its README: clearing "
+    assert "- notes add\\_note 1.0 → 2.0: class duplicate → false_failure" in summary
+    assert ("| notes | 2.0 | clear\\_notes | not idempotent | silent_success | contradicted | its README: clearing "
             "twice is an error |") in summary
     assert add["claim"] == {"idempotent": True, "source": "its README: adding the same note twice keeps one",
                             "truth": "consistent"}
@@ -199,7 +199,7 @@ def test_kill_9_mid_atlas_then_the_rerun_gives_the_uninterrupted_dataset(registr
     assert done.returncode == 0, done.stderr
     assert "4 server-releases, 2 already recorded, 2 to measure" in done.stderr
     for name in ("dataset.jsonl", "drift.json", "index.json", "atlas.sarif", "badges/notes.json",
-                 "evidence/notes.json", "summary.md"):
+                 "evidence/notes.json", "summary.md", "site/index.html", "cards/notes/1.0.json", "cards/notes/2.0.json"):
         assert (cwd / "out" / name).read_bytes() == (measured / "out" / name).read_bytes(), name
 
 
@@ -208,7 +208,7 @@ def test_dask_gives_the_dataset_a_local_run_gives(registry: Registry, measured: 
     cwd = folder(tmp_path / "dask")
     done = atlas(registry, cwd, "--executor", "dask", "--scheduler", "local:2", cache=measured / "cache")
     assert done.returncode == 0, done.stderr
-    for name in ("dataset.jsonl", "drift.json", "index.json", "atlas.sarif"):
+    for name in ("dataset.jsonl", "drift.json", "index.json", "atlas.sarif", "summary.md", "site/index.html"):
         assert (cwd / "out" / name).read_bytes() == (measured / "out" / name).read_bytes(), name
 
 
@@ -466,3 +466,56 @@ command = ["{install}/bin/notes-mcp", "{root}/notes.jsonl"]
     assert [t["args"] for t in card["tools"]] == [{"text": "from the world file"}]
     missing = atlas(registry, folder(tmp_path / "noworld", NOTES.replace('since = "1.0"', 'since = "1.0"\nworld = "nowhere"')))
     assert missing.returncode == 2 and "servers.0.world" in missing.stderr and "no world.toml in that folder" in missing.stderr
+
+
+def test_a_lock_naming_a_release_outside_the_cache_is_refused_and_nothing_is_removed(registry: Registry,
+                                                                                   tmp_path: Path) -> None:
+    cwd = folder(tmp_path / "lock")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    (cwd / "a.lock.json").write_text(json.dumps({"lock": 1, "servers": {"notes": {
+        "registry": "pypi", "package": "atlas-notes-mcp", "since": "1.0", "last": None, "listed": [],
+        "releases": ["1.0/../../../../victim"], "published": {}}}}))
+    done = atlas(registry, cwd, "--offline")
+    assert done.returncode == 2
+    assert "a.lock.json" in done.stderr and "servers.notes" in done.stderr and "delete the entry" in done.stderr
+    assert (victim / "keep").read_text() == "mine" and not (cwd / "out").exists()
+
+
+def test_a_secret_whose_value_is_a_json_word_leaves_every_record_whole(registry: Registry, measured: Path,
+                                                                       tmp_path: Path) -> None:
+    """Redacting JSON as text turned `"realized": null` into `"realized": [redacted]` where a credential's value was
+    `null`: every cell then failed to parse and the atlas published nothing. Records are redacted value by value."""
+    cwd = folder(tmp_path / "secret")
+    done = atlas(registry, cwd, env={"SERVICE_API_KEY": "null"}, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "4 of 4 server-releases recorded (2 measured)" in done.stdout
+    keep = ("server", "release", "tool", "example", "treatment", "status", "class")
+    assert [{k: r[k] for k in keep} for r in _rows(cwd / "out")] == [{k: r[k] for k in keep} for r in
+                                                                      _rows(measured / "out")]
+
+
+def test_a_tool_with_a_hostile_name_that_kills_its_server_is_untestable_alone_and_inert_in_every_output(
+        registry: Registry, measured: Path, tmp_path: Path) -> None:
+    hostile = "x`\n\n## All safe ![](https://evil.example/p.png) <img src=x onerror=alert(1)> | y"
+    text = NOTES.replace('since = "1.0"', 'releases = ["1.0"]\nenv = { NOTES_EXTRA_TOOL = '
+                         + json.dumps(hostile) + " }")
+    cwd = folder(tmp_path / "hostile", text)
+    done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    cell = json.loads((cwd / "out" / "cells" / "notes" / "1.0.json").read_text())
+    assert cell["status"] == "measured"
+    assert cell["tools"][hostile]["status"] == "untestable"
+    assert "exited" in cell["tools"][hostile]["reason"] or "closed" in cell["tools"][hostile]["reason"], cell["tools"]
+    # the other tools were measured alone, and the card does not call them untested
+    assert {t: s["status"] for t, s in cell["tools"].items() if t != hostile} == {
+        "add_note": "measured", "clear_notes": "measured", "tag_note": "untestable"}
+    assert cell["card"]["untested"] == ["tag_note"] or cell["card"]["untested"] == sorted(["tag_note"])
+    summary = (cwd / "out" / "summary.md").read_text()
+    assert not any(line.startswith("## All safe") for line in summary.splitlines())
+    import re
+
+    assert not re.search(r"(?<!\\)!\[", summary) and not re.search(r"(?<!\\)<img", summary)  # escaped: inert
+    page = (cwd / "out" / "site" / "index.html").read_text()
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

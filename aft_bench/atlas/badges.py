@@ -30,10 +30,11 @@ def badge(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if not counts:
         return {"schemaVersion": 1, "label": "lost-answer re-issue", "message": f"{cell['release']}: no write measured",
                 "color": "lightgrey"}
-    shown = [f"{n} {c.replace('_', ' ')}" for c, n in sorted(counts.items(), key=lambda x: WORST.index(x[0]))]
-    worst = min(counts, key=WORST.index)
+    rank = {c: i for i, c in enumerate(WORST)}  # a class this code does not know (a redacted one) ranks last
+    shown = [f"{n} {c.replace('_', ' ')}" for c, n in sorted(counts.items(), key=lambda x: (rank.get(x[0], 99), x[0]))]
+    worst = min(counts, key=lambda c: (rank.get(c, 99), c))
     return {"schemaVersion": 1, "label": "lost-answer re-issue", "message": f"{cell['release']}: {', '.join(shown)}",
-            "color": COLORS[worst]}
+            "color": COLORS.get(worst, "lightgrey")}
 
 
 def _observed(o: dict[str, Any]) -> str:

@@ -14,8 +14,10 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from aft_bench.atlas.spec import Entry
+from aft_bench.common.canonical import digest
 from aft_bench.common.secrets import redact
 from aft_bench.world import install
 
@@ -34,20 +36,29 @@ def default_cache() -> Path:
     return Path(os.path.abspath(os.environ.get(CACHE_ENV) or ROOT / ".atlas"))
 
 
-def folder(cache: Path, entry: Entry, release: str) -> Path:
-    """Where `release` of the entry's package is installed (a scoped npm name's '/' as '+')."""
-    return cache / entry.registry / f"{entry.package.replace('/', '+')}-{release}"
+def _what(entry: Entry, release: str, until: str | None) -> dict[str, Any]:
+    """Everything an install holds depends on: a change to any of it is another install."""
+    return {"registry": entry.registry, "package": entry.package, "version": release, "pins": list(entry.pins),
+            "scripts": entry.scripts, "as_of": until}
 
 
-def installed(cache: Path, entry: Entry, release: str) -> Path | None:
-    """The release's folder where its install finished, else None."""
-    f = folder(cache, entry, release)
+def folder(cache: Path, entry: Entry, release: str, until: str | None = None) -> Path:
+    """Where `release` of the entry's package is installed (a scoped npm name's '/' as '+'); where it has pins or
+    install scripts, a short hash of them too, so another entry's install of the same release is another folder."""
+    base = f"{entry.package.replace('/', '+')}-{release}"
+    if entry.pins or entry.scripts:
+        base += "-" + digest(_what(entry, release, until))[:10]
+    return cache / entry.registry / base
+
+
+def installed(cache: Path, entry: Entry, release: str, until: str | None = None) -> Path | None:
+    """The release's folder where its install finished, as this entry asks for it, else None."""
+    f = folder(cache, entry, release, until)
     try:
         said = json.loads((f / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    ok = said == {"registry": entry.registry, "package": entry.package, "version": release}
-    return f if ok else None
+    return f if said == _what(entry, release, until) else None
 
 
 def _tail(text: bytes) -> str:
@@ -85,6 +96,7 @@ def cutoff(published: str | None) -> str | None:
         t = datetime.fromisoformat(published.replace("Z", "+00:00"))
     except ValueError:
         return None
+    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)  # PyPI's bare upload_time is UTC
     return (t.astimezone(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -122,26 +134,27 @@ def _read_version(dest: Path, entry: Entry) -> str | None:
 def ensure(cache: Path, entry: Entry, release: str, published: str | None = None) -> Path:
     """The release's install folder, installing it first where it is not there (InstallFailed: why not); with the
     release's publication time, its dependencies as they were then (`cutoff`)."""
-    done = installed(cache, entry, release)
+    until = cutoff(published)
+    done = installed(cache, entry, release, until)
     if done is not None:
         return done
-    dest = folder(cache, entry, release)
+    dest = folder(cache, entry, release, until)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest.with_name(dest.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process installing it: wait, then use what it made
-        done = installed(cache, entry, release)
+        done = installed(cache, entry, release, until)
         if done is not None:
             return done
         shutil.rmtree(dest, ignore_errors=True)  # a half-made install (killed mid-way) is made again
         try:
-            (_pypi if entry.registry == "pypi" else _npm)(dest, entry, release, cutoff(published))
+            (_pypi if entry.registry == "pypi" else _npm)(dest, entry, release, until)
             found = _read_version(dest, entry)
             if found != release:
                 raise InstallFailed(f"the install holds {entry.package} {found}, not {release}")
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        marker = {"registry": entry.registry, "package": entry.package, "version": release}
+        marker = _what(entry, release, until)
         tmp = dest / (MARKER + ".tmp")
         tmp.write_text(json.dumps(marker, sort_keys=True), encoding="utf-8")
         os.replace(tmp, dest / MARKER)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -20,10 +21,13 @@ from aft_bench.common.errors import InputError
 from aft_bench.common.secrets import redact, redacted_dumps
 from aft_bench.runtime.gateway import WorldFailed
 from aft_bench.scorecard.card import measure
-from aft_bench.scorecard.drafting import WORLD_FILE, NothingToDraft, draft_folder
+from aft_bench.common.scratch import scratch_dir
+from aft_bench.scorecard.drafting import WORLD_FILE, list_tools
+from aft_bench.scorecard.effects import measure_effects
 from aft_bench.scorecard.schemas import refusal
-from aft_bench.world.draft import TODO
-from aft_bench.world.external import ExternalWorld, load_external
+from aft_bench.world import install
+from aft_bench.world.draft import TODO, draft, pick_probe
+from aft_bench.world.external import ExternalWorld, expand, load_external
 from aft_bench.world.mcp_stdio import ServerFailed
 
 DRAFT_TIMEOUT_S = 60.0
@@ -129,43 +133,53 @@ def _card(world: ExternalWorld) -> tuple[dict[str, Any], dict[str, str]]:
             failed[name] = redact(str(exc))[:600]
     if not cards:
         raise WorldFailed("; ".join(f"{n}: {w}" for n, w in sorted(failed.items())) or "no tool could be measured")
-    card = {**cards[0], "tools": [t for c in cards for t in c["tools"]]}
+    untested = sorted(n for n, t in world.tools.items() if t.is_write and not t.examples)
+    card = {**cards[0], "tools": [t for c in cards for t in c["tools"]], "untested": untested}
     return card, failed
 
 
-def measure_cell(entry: Entry, release: str, cache: Path, work: Path, published: str | None = None
-                 ) -> dict[str, Any]:
-    """The cell's record (JSON-shaped): measured with its card and each tool's status, or untestable with why.
-    `work` is the cell's own scratch folder (made afresh)."""
-    started = time.monotonic()
-    try:
-        folder = ensure(cache, entry, release, published)
-    except InstallFailed as exc:
-        return _untestable(entry, release, f"install: {exc}", started)
-    command = [c.replace(INSTALL, str(folder)) for c in entry.command]
-    shutil.rmtree(work, ignore_errors=True)
-    target = work / "world"
-    try:
-        d = draft_folder(entry.name, command, target, DRAFT_TIMEOUT_S)
-    except (ServerFailed, NothingToDraft, WorldFailed) as exc:
-        return _untestable(entry, release, f"start: {exc}", started)
-    except InputError as exc:
-        return _untestable(entry, release, f"draft: {exc}", started)
-    drafted = tomllib.loads(d.path.read_text(encoding="utf-8"))
+def _write_world(target: Path, data: dict[str, Any]) -> ExternalWorld:
+    (target / WORLD_FILE).write_text(tomli_w.dumps(data), encoding="utf-8")
+    return load_external(target)
+
+
+def _drafted(entry: Entry, release: str, command: list[str], folder: Path, target: Path, listed: list[dict[str, Any]],
+             info: dict[str, Any], measured: dict[str, bool]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The world for this release: drafted from its live tools (or the entry's world file), then the entry's say."""
+    installed = install.identify([expand(c, Path("/nonexistent-aft-root"), "", target) for c in command])
+    probe = pick_probe(command, installed[0] if installed else None)
+    data = tomllib.loads(draft(entry.name, command, listed, info, installed, probe, measured))
+    unknown: dict[str, str] = {}
     if entry.world is not None:  # a person's world: its overlay for the tools this release lists
-        shutil.copytree(entry.world, target, dirs_exist_ok=True)
-        drafted, unknown = from_world(entry, command, tomllib.loads((target / WORLD_FILE).read_text(encoding="utf-8")),
-                                      d.listed, release)
-    else:
-        unknown = {}
-    data, skipped = world_data(entry, release, drafted, d.listed)
-    skipped.update(unknown)
+        data, unknown = from_world(entry, command, tomllib.loads((Path(entry.world) / WORLD_FILE).read_text(
+            encoding="utf-8")), listed, release)
+    data, skipped = world_data(entry, release, data, listed)
     env = data["server"].get("env") or {}
     if env:  # `{install}` in the environment too (a server that finds its data files beside its install)
         data["server"]["env"] = {k: str(v).replace(INSTALL, str(folder)) for k, v in env.items()}
-    (target / WORLD_FILE).write_text(tomli_w.dumps(data), encoding="utf-8")
-    try:
-        world = load_external(target)
+    return data, {**skipped, **unknown}
+
+
+def _measure(entry: Entry, release: str, folder: Path, target: Path, started: float) -> dict[str, Any]:
+    command = [c.replace(INSTALL, str(folder)) for c in entry.command]
+    env = {k: v.replace(INSTALL, str(folder)) for k, v in entry.env.items()}
+    if entry.world is not None:
+        shutil.copytree(entry.world, target)
+        env = {**{k: v.replace(INSTALL, str(folder)) for k, v in tomllib.loads(
+            (target / WORLD_FILE).read_text(encoding="utf-8"))["server"].get("env", {}).items()}, **env}
+    else:
+        target.mkdir(parents=True)
+    try:  # the server started once, with the entry's environment, to list its tools
+        listed, info = list_tools(command, target, DRAFT_TIMEOUT_S, env)
+    except ServerFailed as exc:
+        return _untestable(entry, release, f"start: {exc}", started)
+    if not listed:
+        return _untestable(entry, release, "start: the server lists no tools", started)
+    try:  # each tool that needs no arguments measured on the world as the entry says it (env, probe, fixture)
+        data, skipped = _drafted(entry, release, command, folder, target, listed, info, {})
+        measured = measure_effects(_write_world(target, data), listed)
+        data, skipped = _drafted(entry, release, command, folder, target, listed, info, measured)
+        world = _write_world(target, data)
     except InputError as exc:
         return _untestable(entry, release, f"the atlas entry: {exc}", started)
     try:
@@ -181,3 +195,15 @@ def measure_cell(entry: Entry, release: str, cache: Path, work: Path, published:
         tools.setdefault(name, {"status": "untestable", "reason": "a write with no example call"})
     return {**_head(entry, release), "status": "measured", "reason": "", "card": card,
             "tools": dict(sorted(tools.items())), "seconds": round(time.monotonic() - started, 1)}
+
+
+def measure_cell(entry: Entry, release: str, cache: Path, published: str | None = None) -> dict[str, Any]:
+    """The cell's record (JSON-shaped): measured with its card and each tool's status, or untestable with why.
+    The drafted world lives in a scratch folder of its own, removed afterwards (it may hold the entry's env)."""
+    started = time.monotonic()
+    try:
+        folder = ensure(cache, entry, release, published)
+    except InstallFailed as exc:
+        return _untestable(entry, release, f"install: {exc}", started)
+    with tempfile.TemporaryDirectory(prefix="aft-atlas-", dir=scratch_dir()) as tmp:
+        return _measure(entry, release, folder, Path(tmp) / "world", started)

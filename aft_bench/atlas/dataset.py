@@ -17,17 +17,19 @@ WORST = ("duplicate", "false_failure", "silent_success", "safe", "no_effect")
 WRITING = ("duplicate", "false_failure", "silent_success", "safe")  # the bare classes of a call that changed state
 
 
-def load_cells(out: Path, planned: Iterable[tuple[str, str, int]]) -> list[dict[str, Any]]:
-    """The recorded cells of `planned` (server, release, publication order), in atlas order; a cell not recorded
-    is left out (the caller says how many)."""
+def load_cells(out: Path, planned: Iterable[tuple[str, str, int, str]], version: int) -> list[dict[str, Any]]:
+    """The recorded cells of `planned` (server, release, its place in version order, the entry's key), in atlas
+    order; a cell not recorded, or recorded by another entry or record shape, is left out (the caller says how
+    many are recorded)."""
     cells = []
-    for server, release, order in planned:
+    for server, release, order, key in planned:
         p = out / "cells" / server / f"{release}.json"
         try:
             rec = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        cells.append({**rec, "order": order})
+        if isinstance(rec, dict) and rec.get("cell") == version and rec.get("entry") == key:
+            cells.append({**rec, "order": order})
     return cells
 
 
@@ -110,30 +112,30 @@ def rows(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def drift(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per server and tool, each step between consecutive measured releases where its class or a hint's truth
-    changed (or the tool appeared or went): {server, tool, from, to, what, old, new}."""
-    by_server: dict[str, list[dict[str, Any]]] = {}
-    for c in cells:
-        by_server.setdefault(c["server"], []).append(c)
+    """Per server and tool, each step between the consecutive releases where the tool was measured (a release
+    where it was untestable is stepped over, not a break) where its class or a hint's truth changed:
+    {server, tool, from, to, what, old, new}, in atlas order."""
+    seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     out = []
-    for server, cs in by_server.items():
-        measured = [c for c in sorted(cs, key=lambda c: c["order"]) if c["status"] == "measured"]
-        for old, new in zip(measured, measured[1:]):
-            a, b = verdicts(old), verdicts(new)
-            for tool in sorted(set(a) | set(b)):
-                step = {"server": server, "tool": tool, "from": old["release"], "to": new["release"]}
-                if tool not in a or tool not in b:
-                    out.append({**step, "what": "present", "old": tool in a, "new": tool in b})
-                    continue
-                if a[tool]["status"] != "measured" or b[tool]["status"] != "measured":
-                    continue
-                if a[tool]["class"] != b[tool]["class"]:
-                    out.append({**step, "what": "class", "old": a[tool]["class"], "new": b[tool]["class"]})
-                for hint in MEASURED_HINTS:
-                    ha, hb = a[tool]["hints"].get(hint), b[tool]["hints"].get(hint)
-                    if ha != hb:
-                        out.append({**step, "what": hint, "old": ha, "new": hb})
-    return out
+    for c in sorted(cells, key=lambda c: (c["server"], c["order"])):
+        if c["status"] != "measured":
+            continue
+        for tool, v in sorted(verdicts(c).items()):
+            if v["status"] != "measured":
+                continue
+            last = seen.get((c["server"], tool))
+            seen[(c["server"], tool)] = (c["release"], v)
+            if last is None:
+                continue
+            step = {"server": c["server"], "tool": tool, "from": last[0], "to": c["release"]}
+            if last[1]["class"] != v["class"]:
+                out.append({**step, "what": "class", "old": last[1]["class"], "new": v["class"]})
+            for hint in MEASURED_HINTS:
+                ha, hb = last[1]["hints"].get(hint), v["hints"].get(hint)
+                if ha != hb:
+                    out.append({**step, "what": hint, "old": ha, "new": hb})
+    order = {s: i for i, s in enumerate(dict.fromkeys(c["server"] for c in cells))}
+    return sorted(out, key=lambda d: order[d["server"]])
 
 
 def findings(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,23 +5,32 @@ bytes as an uninterrupted one): `dataset.jsonl`, `cards/SERVER/RELEASE.json`, `d
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from aft_bench.atlas import badges, dataset
 from aft_bench.atlas.sarif import DEFAULT_CLASSES, sarif
 from aft_bench.common.files import write_atomic
+from aft_bench.common.secrets import json_text
 
 OUTPUTS = ("dataset.jsonl", "drift.json", "atlas.sarif", "index.json", "summary.md")
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, value: Any) -> None:
+    """JSON redacted string by string (its shape kept), or a text redacted as text."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text)
+    if isinstance(value, str):
+        write_atomic(path, value)
+    else:
+        write_atomic(path, json_text(value), redacted=True)
+
+
+def md(text: Any) -> str:
+    """A server's words (a tool's name, a reason) as inert Markdown: one line, no markup, no table break."""
+    one = " ".join(str(text).split())
+    return re.sub(r"([\\`*_{}\[\]()<>#!|~])", r"\\\1", one)
 
 
 def index(atlas_id: str, cells: list[dict[str, Any]], drift: list[dict[str, Any]], planned: int) -> dict[str, Any]:
@@ -36,12 +45,12 @@ def index(atlas_id: str, cells: list[dict[str, Any]], drift: list[dict[str, Any]
             "servers": list(servers.values()), "drift": drift}
 
 
-def summary(doc: dict[str, Any], command: str) -> str:
+def summary(doc: dict[str, Any]) -> str:
     f = doc["findings"]
     c, h = f["classes"], f["hints"]
     lines = [f"# Atlas `{doc['atlas']}`", "",
              f"{f['cells']} of {doc['planned_cells']} server-releases recorded on {f['servers']} servers "
-             f"({f['measured_cells']} measured, {f['cells'] - f['measured_cells']} untestable). Made by `{command}`.",
+             f"({f['measured_cells']} measured, {f['cells'] - f['measured_cells']} untestable).",
              "", f"Of **{f['writing_tools']} writing tools on {f['measured_servers']} servers** (each server's newest "
              "measured release; a writing tool is one whose example changed the real state), a call re-issued after "
              "its answer was lost is:", "",
@@ -55,41 +64,45 @@ def summary(doc: dict[str, Any], command: str) -> str:
         lines += ["", "What servers' own documentation claims, against the measurement:", "",
                   "| server | release | tool | claims | measured | truth | source |", "|---|---|---|---|---|---|---|"]
         for cl in f["claims"]:
-            lines.append(f"| {cl['server']} | {cl['release']} | `{cl['tool']}` | "
+            lines.append(f"| {cl['server']} | {cl['release']} | {md(cl['tool'])} | "
                          f"{'idempotent' if cl['idempotent'] else 'not idempotent'} | {cl['class'] or 'untestable'} | "
-                         f"{cl['truth']} | {cl['source'].replace('|', '/')} |")
-    changed = [d for d in doc["drift"] if d["what"] != "present"]
+                         f"{cl['truth']} | {md(cl['source'])} |")
+    changed = doc["drift"]
     tools = {(d["server"], d["tool"]) for d in changed}
-    lines += ["", f"Drift: {len(changed)} changes between consecutive releases, on {len(tools)} tools.", ""]
+    lines += ["", f"Drift: {len(changed)} changes between consecutive measured releases, on {len(tools)} tools.", ""]
     for d in changed:
-        lines.append(f"- {d['server']} `{d['tool']}` {d['from']} → {d['to']}: {d['what']} {d['old']} → {d['new']}")
+        lines.append(f"- {d['server']} {md(d['tool'])} {d['from']} → {d['to']}: {d['what']} {d['old']} → {d['new']}")
     lines += ["", "| server | release | status | tools (bare class) |", "|---|---|---|---|"]
     for s in doc["servers"]:
         for r in s["releases"]:
-            shown = ", ".join(f"{t}: {v['class'] or 'untestable'}" for t, v in r["tools"].items()) or r["reason"][:120]
-            lines.append(f"| {s['server']} | {r['release']} | {r['status']} | {shown.replace('|', '/')} |")
+            shown = ", ".join(f"{md(t)}: {v['class'] or 'untestable'}" for t, v in r["tools"].items()) or \
+                md(r["reason"][:160])
+            lines.append(f"| {s['server']} | {r['release']} | {r['status']} | {shown} |")
     return "\n".join(lines) + "\n"
 
 
-def publish(out: Path, atlas_id: str, planned: list[tuple[str, str, int]], command: str,
+def publish(out: Path, atlas_id: str, planned: list[tuple[str, str, int, str]], version: int,
             classes: tuple[str, ...] = DEFAULT_CLASSES) -> dict[str, Any]:
-    """Write every output from the cells recorded under `out`; returns the index document."""
-    cells = dataset.load_cells(out, planned)
+    """Write every output from the cells recorded under `out` (stale ones left out); returns the index document.
+    The per-server folders are made afresh, so a server removed from the atlas leaves nothing behind."""
+    cells = dataset.load_cells(out, planned, version)
     drift = dataset.drift(cells)
-    _write(out / "dataset.jsonl", "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
-                                          for r in dataset.rows(cells)))
+    out.mkdir(parents=True, exist_ok=True)  # JSON lines, each redacted value by value: written as they are
+    write_atomic(out / "dataset.jsonl", "".join(json_text(r, indent=None) for r in dataset.rows(cells)), redacted=True)
+    for sub in ("cards", "badges", "evidence"):
+        shutil.rmtree(out / sub, ignore_errors=True)
     for c in cells:
         if c["card"] is not None:
-            _write(out / "cards" / c["server"] / f"{c['release']}.json", _json(c["card"]))
+            _write(out / "cards" / c["server"] / f"{c['release']}.json", c["card"])
     by_server: dict[str, list[dict[str, Any]]] = {}
     for c in cells:
         by_server.setdefault(c["server"], []).append(c)
     for server, cs in by_server.items():
-        _write(out / "badges" / f"{server}.json", _json(badges.badge(cs)))
-        _write(out / "evidence" / f"{server}.json", _json(badges.evidence(cs)))
-    _write(out / "drift.json", _json(drift))
-    _write(out / "atlas.sarif", _json(sarif(cells, classes)))
+        _write(out / "badges" / f"{server}.json", badges.badge(cs))
+        _write(out / "evidence" / f"{server}.json", badges.evidence(cs))
+    _write(out / "drift.json", drift)
+    _write(out / "atlas.sarif", sarif(cells, classes))
     doc = index(atlas_id, cells, drift, len(planned))
-    _write(out / "index.json", _json(doc))
-    _write(out / "summary.md", summary(doc, command))
+    _write(out / "index.json", doc)
+    _write(out / "summary.md", summary(doc))
     return doc

@@ -14,8 +14,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from aft_bench.atlas.spec import RELEASE
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import write_atomic
+from aft_bench.common.secrets import json_text
 
 PYPI = os.environ.get("AFT_BENCH_PYPI_JSON", "https://pypi.org/pypi")  # {PYPI}/{package}/json
 NPM = os.environ.get("AFT_BENCH_NPM_REGISTRY", "https://registry.npmjs.org")  # {NPM}/{package}
@@ -41,7 +43,11 @@ def _get(url: str) -> Any:
         raise RegistryFailed(f"{url}: {exc}") from None
 
 
-def _stable(version: str) -> bool:
+def _stable(version: str, registry: str = "pypi") -> bool:
+    """A stable release whose string can name a folder (a registry is untrusted: no separator, no space); npm's
+    pre-releases (`1.0.0-1`, `2.0.0-beta`) carry a '-', which PEP 440 would read as a post-release."""
+    if not isinstance(version, str) or not RELEASE.fullmatch(version) or (registry == "npm" and "-" in version):
+        return False
     try:
         v = Version(version)
     except InvalidVersion:
@@ -55,16 +61,20 @@ def published(registry: str, package: str) -> list[Release]:
     out: list[Release] = []
     if registry == "pypi":
         doc = _get(f"{PYPI}/{package}/json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("releases") or {}, dict):
+            raise RegistryFailed(f"{PYPI}/{package}/json: not a PyPI project document")
         for version, files in (doc.get("releases") or {}).items():
-            live = [f for f in files if not f.get("yanked")]
+            live = [f for f in files if isinstance(f, dict) and not f.get("yanked")] if isinstance(files, list) else []
             if live and _stable(version):
                 out.append(Release(version, min(str(f.get("upload_time_iso_8601") or f.get("upload_time"))
                                                 for f in live)))
     else:
         doc = _get(f"{NPM}/{package.replace('/', '%2f')}")
-        times = doc.get("time") or {}
+        if not isinstance(doc, dict) or not isinstance(doc.get("versions") or {}, dict):
+            raise RegistryFailed(f"{NPM}/{package}: not an npm package document")
+        times = doc.get("time") if isinstance(doc.get("time"), dict) else {}
         for version, meta in (doc.get("versions") or {}).items():
-            if _stable(version) and not meta.get("deprecated") and version in times:
+            if _stable(version, "npm") and isinstance(meta, dict) and not meta.get("deprecated") and version in times:
                 out.append(Release(version, str(times[version])))
     return sorted(out, key=lambda r: Version(r.version))
 
@@ -93,8 +103,17 @@ def read_lock(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("lock") != LOCK_VERSION or not isinstance(doc.get("servers"), dict):
         raise InputError(path, "lock", doc.get("lock") if isinstance(doc, dict) else "", "not an atlas lock of "
                          f"version {LOCK_VERSION}: delete it to resolve the releases again")
+    for name, held in doc["servers"].items():  # a lock is a file anyone may edit: what it names reaches paths
+        rels = held.get("releases") if isinstance(held, dict) else None
+        when = held.get("published", {}) if isinstance(held, dict) else None
+        bad = (not isinstance(rels, list) or not all(isinstance(r, str) and RELEASE.fullmatch(r) for r in rels)
+               or not isinstance(when, dict) or not all(isinstance(v, str) for v in when.values()))
+        if bad:
+            raise InputError(path, f"servers.{name}", rels if isinstance(rels, list) else "", "not releases as a "
+                             "lock holds them (version strings, each with its publication time): delete the entry "
+                             "to resolve it again")
     return dict(doc["servers"])
 
 
 def write_lock(path: Path, servers: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps({"lock": LOCK_VERSION, "servers": servers}, indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json_text({"lock": LOCK_VERSION, "servers": servers}), redacted=True)

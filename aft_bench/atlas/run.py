@@ -23,6 +23,7 @@ from aft_bench.common import crashpoints
 from aft_bench.common.canonical import digest
 from aft_bench.common.errors import InputError
 from aft_bench.common.files import write_atomic
+from aft_bench.common.secrets import json_text
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ def entry_key(entry: Entry) -> str:
     return digest([entry.model_dump(mode="json", exclude={"note"}), world])[:16]
 
 
-def resolve(atlas: Atlas, lock_file: Path, refresh: bool = False, offline: bool = False
-            ) -> dict[str, list[tuple[str, str | None]]]:
+def resolve(atlas: Atlas, lock_file: Path, refresh: bool = False, offline: bool = False,
+            atlas_file: Path | str = "atlas") -> dict[str, list[tuple[str, str | None]]]:
     """Each server's releases, oldest first, with when each was published (its install takes dependencies as they
     were then): from the lock, else from the registry once, then written to the lock. `offline`: a server the lock
     lacks is bad input, never a network call."""
@@ -73,7 +74,7 @@ def resolve(atlas: Atlas, lock_file: Path, refresh: bool = False, offline: bool 
                                              f"{', '.join(r.version for r in known[-8:])})")
                 picked = sorted((reg.Release(r, when[r]) for r in e.releases), key=lambda r: reg.Version(r.version))
         except reg.RegistryFailed as exc:
-            raise InputError(f"atlas servers.{i}", "since" if e.since else "releases", e.since or list(e.releases),
+            raise InputError(atlas_file, f"servers.{i}.{'since' if e.since else 'releases'}", e.since or list(e.releases),
                              f"{e.package}: {exc}") from None
         out[e.name] = [(r.version, r.published) for r in picked]
         lock[e.name] = {**want, "releases": [r.version for r in picked],
@@ -124,10 +125,10 @@ def install_all(todo: list[Planned], cache: Path, say: Callable[[str], None] | N
     return failed
 
 
-def _task(entry: Entry, release: str, published: str | None, cache: str, work: str) -> dict[str, Any]:
+def _task(entry: Entry, release: str, published: str | None, cache: str) -> dict[str, Any]:
     """A cell measured where it runs (a worker process, a Dask worker): never raises for the server's sake."""
     try:
-        rec = measure_cell(entry, release, Path(cache), Path(work), published)
+        rec = measure_cell(entry, release, Path(cache), published)
     except Exception as exc:  # noqa: BLE001 - a harness fault is recorded as the cell's, with its type
         from aft_bench.common.secrets import redact
 
@@ -161,13 +162,12 @@ def _init_local() -> None:
     die_with_parent()
 
 
-def _local(todo: list[Planned], cache: Path, out: Path, workers: int) -> Iterator[dict[str, Any]]:
+def _local(todo: list[Planned], cache: Path, workers: int) -> Iterator[dict[str, Any]]:
     from aft_bench.experiment.executors import context
 
     with ProcessPoolExecutor(workers, mp_context=context(), initializer=_init_local) as pool:
-        pending: set[Future[dict[str, Any]]] = {
-            pool.submit(_task, p.entry, p.release, p.published, str(cache), str(out / "work" / p.entry.name / p.release))
-            for p in todo}
+        pending: set[Future[dict[str, Any]]] = {pool.submit(_task, p.entry, p.release, p.published, str(cache))
+                                                 for p in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
@@ -177,13 +177,13 @@ def _local(todo: list[Planned], cache: Path, out: Path, workers: int) -> Iterato
                     raise WorkerLost(f"a worker process died ({exc})") from None
 
 
-def _dask(todo: list[Planned], cache: Path, out: Path, scheduler: str) -> Iterator[dict[str, Any]]:
+def _dask(todo: list[Planned], cache: Path, scheduler: str) -> Iterator[dict[str, Any]]:
     from distributed import as_completed
 
     from aft_bench.experiment import cluster
 
     with cluster.connect(cluster.parse(scheduler)) as client:
-        futures = [client.submit(_task, p.entry, p.release, p.published, str(cache), str(out / "work" / p.entry.name / p.release),
+        futures = [client.submit(_task, p.entry, p.release, p.published, str(cache),
                                  key=f"atlas-{p.entry.name}-{p.release}-{os.getpid()}", pure=False) for p in todo]
         for f in as_completed(futures):
             try:
@@ -196,12 +196,13 @@ def run(atlas: Atlas, todo: list[Planned], out: Path, cache: Path, workers: int 
         say: Callable[[str], None] | None = None) -> int:
     """Measure `todo`'s cells and record each as it comes (this process is the only writer); returns how many."""
     n = 0
-    stream = _dask(todo, cache, out, scheduler) if scheduler else (
-        _local(todo, cache, out, workers) if workers > 1 else (_task(p.entry, p.release, p.published, str(cache), str(
-            out / "work" / p.entry.name / p.release)) for p in todo))
+    stream = _dask(todo, cache, scheduler) if scheduler else (
+        _local(todo, cache, workers) if workers > 1 else (_task(p.entry, p.release, p.published, str(cache))
+                                                          for p in todo))
     for rec in stream:
         cell_path(out, rec["server"], rec["release"]).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cell_path(out, rec["server"], rec["release"]), json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        # redacted string by string (a secret's value could equal `false` in its text)
+        write_atomic(cell_path(out, rec["server"], rec["release"]), json_text(rec), redacted=True)
         n += 1
         crashpoints.hit("atlas_cell")
         if say is not None:

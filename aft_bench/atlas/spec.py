@@ -11,10 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aft_bench.common.datafile import read_toml, validate
 from aft_bench.common.errors import FieldProblem, InputError
-from aft_bench.world.external import Answers, Example, Fixture, Probe
+from aft_bench.world.external import Answers, Example, Fixture, Probe, _env_ok, load_external
 
 REGISTRIES = ("pypi", "npm")
 INSTALL = "{install}"  # in an entry's command: the folder the release is installed in (a venv, an npm prefix)
+# a release as it may name a folder and reach pip or npm: no path separator, no space, no leading option dash
+RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}")
 
 
 class _Strict(BaseModel):
@@ -60,9 +62,12 @@ class Entry(_Strict):
         if len(set(self.releases)) != len(self.releases):
             raise FieldProblem("releases", list(self.releases), "a release is named twice")
         for i, r in enumerate((*self.releases, *(() if self.since is None else (self.since,)))):
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}", r):
+            if not RELEASE.fullmatch(r):
                 raise FieldProblem(f"releases.{i}" if i < len(self.releases) else "since", r,
                                    "a release is a version string (letters, digits, '.', '-', '+', '!', '_')")
+        if set(self.name) == {"."}:
+            raise FieldProblem("name", self.name, "a server's name names its folders: not only dots")
+        _env_ok(self.env, "env")
         if not any(INSTALL in a for a in self.command):
             raise FieldProblem("command", list(self.command), "the command starts the installed release: name "
                                "its folder as {install} (e.g. {install}/bin/NAME)")
@@ -112,6 +117,7 @@ def load_atlas(path: Path) -> Atlas:
             w = (path.parent / e.world).resolve()
             if not (w / "world.toml").is_file():
                 raise InputError(path, f"servers.{i}.world", e.world, "no world.toml in that folder")
+            load_external(w)  # a world file with a problem is one line naming it, before anything runs
             e = e.model_copy(update={"world": str(w)})
         servers.append(e)
     return atlas.model_copy(update={"servers": tuple(servers)})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ def cmd_atlas(args: argparse.Namespace) -> int:
         raise InputError("atlas", "--out", "", "name the atlas folder (--out DIR)")
     out = Path(os.path.abspath(args.out or "."))
     cache = Path(os.path.abspath(args.cache)) if args.cache else default_cache()
-    resolved = atlas_run.resolve(atlas, lock_path(path), refresh=args.refresh, offline=args.offline)
+    resolved = atlas_run.resolve(atlas, lock_path(path), refresh=args.refresh, offline=args.offline, atlas_file=path)
     planned = atlas_run.plan(atlas, resolved, only)  # what this run measures; what it publishes: every server's
     everything = atlas_run.plan(atlas, resolved)  # recorded cells (--only never shrinks a folder's dataset)
     say = None if args.quiet else atlas_run.progress_line
@@ -55,6 +54,7 @@ def cmd_atlas(args: argparse.Namespace) -> int:
 def _measure_and_publish(args: argparse.Namespace, atlas: Any, plans: tuple[list[Any], list[Any]], out: Path,
                          cache: Path, scheduler: str | None, classes: tuple[str, ...] | None, say: Any) -> int:
     from aft_bench.atlas import run as atlas_run
+    from aft_bench.atlas.cell import CELL_VERSION
     from aft_bench.atlas.publish import publish
     from aft_bench.viewer.atlas_page import write_page
 
@@ -70,10 +70,8 @@ def _measure_and_publish(args: argparse.Namespace, atlas: Any, plans: tuple[list
             print(f"aft-bench: atlas: {exc}; every cell recorded so far is kept: run again to measure the rest",
                   file=sys.stderr)
             return 1
-    command = " ".join(shlex.quote(a) for a in ["aft-bench", "atlas", args.atlas, "--out", args.out] + (
-        ["--only", args.only] if args.only else []) + (["--executor", "dask"] if scheduler else []))
-    doc = publish(out, atlas.id, [(p.entry.name, p.release, p.order) for p in everything], command,
-                  **({"classes": classes} if classes else {}))
+    doc = publish(out, atlas.id, [(p.entry.name, p.release, p.order, atlas_run.entry_key(p.entry))
+                                  for p in everything], CELL_VERSION, **({"classes": classes} if classes else {}))
     write_page(out / "site" / "index.html", doc)
     f = doc["findings"]
     print(f"atlas {atlas.id}: {f['cells']} of {len(everything)} server-releases recorded ({f['measured_cells']} "

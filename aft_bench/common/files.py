@@ -146,13 +146,15 @@ def input_dir(path: Path, flag: str) -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, redacted: bool = False) -> None:
     """Write evidence `text` to `path`, redacted and atomically: a temp file beside it, fsync'd, then renamed over
-    `path`, so a crash leaves the old file or the new one, never half of either (`*.tmp` is a leftover to heal)."""
+    `path`, so a crash leaves the old file or the new one, never half of either (`*.tmp` is a leftover to heal).
+    `redacted`: JSON whose every string was redacted already (`secrets.redact_value`), written as it is: redacting
+    its text again could replace a `false` that a secret's value happens to equal, and break its shape."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(redact(text))
+            fh.write(text if redacted else redact(text))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

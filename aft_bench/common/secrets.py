@@ -122,6 +122,12 @@ def redacted_dumps(value: Any) -> str:
     return text if redact(text) == text else json.dumps(redact_value(value), indent=2, sort_keys=True) + "\n"
 
 
+def json_text(value: Any, indent: int | None = 1) -> str:
+    """`value` as key-sorted JSON ending in a newline (one line where `indent` is None: a JSON-lines row) with every
+    string redacted (its shape kept whatever a secret's value is); for `files.write_atomic(..., redacted=True)`."""
+    return json.dumps(redact_value(value), indent=indent, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def redact_value(value: Any) -> Any:
     """A JSON-shaped value (dicts, lists, strings, numbers) with every string, key included, redacted."""
     if isinstance(value, str):

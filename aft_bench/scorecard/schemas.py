@@ -35,6 +35,8 @@ def refusal(args: Any, schema: Any) -> str | None:
     import jsonschema
     from referencing.exceptions import Unresolvable
 
+    if not isinstance(schema, dict):  # a server's inputSchema that is no JSON Schema object
+        return f"cannot be checked against (its input schema is a {type(schema).__name__}, not an object)"
     checked = without_patterns(schema)
     try:
         jsonschema.validate(unplaced(args, checked), checked)

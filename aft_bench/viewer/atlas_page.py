@@ -59,7 +59,7 @@ def _server(s: dict[str, Any]) -> str:
             if r["status"] != "measured":
                 cells.append("<td class=cls>untestable release</td>")
             elif v is None:
-                cells.append("<td class=cls><small>not listed</small></td>")
+                cells.append("<td class=cls><small>not measured</small></td>")
             elif v["status"] != "measured":
                 cells.append(f"<td class=cls title=\"{_e(v['reason'])}\">untestable<small>{_e(v['reason'])}</small>"
                              "</td>")

@@ -8,6 +8,9 @@ decides its behaviour, so releases differ as real ones do:
   failure), so its idempotentHint is now true.
 - 3.0: dies at start (an untestable release).
 
+NOTES_EXTRA_TOOL names one more tool (any text: a hostile name), which takes no arguments and kills the server
+when called.
+
 Its data file is the first argument."""
 
 import json
@@ -27,6 +30,10 @@ TOOLS = [
     {"name": "list_notes", "description": "List the notes.", "annotations": {"readOnlyHint": True},
      "inputSchema": {"type": "object", "properties": {}}},
 ]
+
+if os.environ.get("NOTES_EXTRA_TOOL"):
+    TOOLS.append({"name": os.environ["NOTES_EXTRA_TOOL"], "description": "Dies.",
+                  "inputSchema": {"type": "object", "properties": {}}})
 
 
 def _notes(path):
@@ -59,7 +66,7 @@ def call(path, name, args):
         with open(path, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(n) + "\n" for n in notes)
         return "tagged"
-    raise KeyError(name)
+    os._exit(5)  # the extra tool: the server dies under the call
 
 
 def main():
