@@ -519,3 +519,17 @@ def test_a_tool_with_a_hostile_name_that_kills_its_server_is_untestable_alone_an
     assert not re.search(r"(?<!\\)!\[", summary) and not re.search(r"(?<!\\)<img", summary)  # escaped: inert
     page = (cwd / "out" / "site" / "index.html").read_text()
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_the_shipped_atlas_loads_and_its_lock_names_every_release_offline() -> None:
+    """`make atlas` installs from the lock with --offline: every entry must be in it, as the entry now reads."""
+    from aft_bench.atlas.releases import lock_path
+    from aft_bench.atlas.run import plan, resolve
+    from aft_bench.atlas.spec import load_atlas
+
+    path = ROOT / "atlases" / "mcp.toml"
+    a = load_atlas(path)
+    planned = plan(a, resolve(a, lock_path(path), offline=True, atlas_file=path))
+    assert len({(e.registry, e.package) for e in a.servers}) >= 20
+    assert len(planned) >= 60
+    assert all(p.published for p in planned)  # each install takes its dependencies as of its publication

@@ -31,7 +31,7 @@ from aft_bench.world.external import ExternalWorld, expand, load_external
 from aft_bench.world.mcp_stdio import ServerFailed
 
 DRAFT_TIMEOUT_S = 60.0
-CELL_VERSION = 1  # the record's shape: a cell recorded by another shape is measured again
+CELL_VERSION = 2  # the record's shape and how it was measured: a cell recorded by another is measured again
 
 
 def _has_todo(value: Any) -> bool:
