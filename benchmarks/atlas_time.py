@@ -2,7 +2,7 @@
 timed apart: it is network time, done once), then the whole atlas measured into a fresh folder with a warm cache,
 and a rerun over the finished folder (which must measure nothing). Prints one line per phase and the load beside it.
 
-    .venv/bin/python benchmarks/atlas_time.py [--atlas atlases/mcp.toml] [--workers 2] [--executor dask]
+    .venv/bin/python benchmarks/atlas_time.py [--atlas atlases/mcp.toml] [--workers 2] [--executor dask] [--out DIR]
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ def main() -> None:
     ap.add_argument("--atlas", default="atlases/mcp.toml")
     ap.add_argument("--workers", default="2")
     ap.add_argument("--executor", default="local", choices=("local", "dask"))
+    ap.add_argument("--out", help="keep the measured atlas folder here (default: a temporary folder, removed)")
     a = ap.parse_args()
     spent, done = _run([a.atlas, "--install-only", "--offline", "--quiet"])
     print(f"install from the lock: {spent:.1f} s ({done.stdout.strip()})")
     with tempfile.TemporaryDirectory(prefix="atlas-bench-") as tmp:
-        out = str(Path(tmp) / "out")
+        out = str(Path(a.out).resolve() if a.out else Path(tmp) / "out")
+        if a.out and Path(out).exists():
+            sys.exit(f"--out {out} exists: the benchmark measures into a new folder")
         load = os.getloadavg()[0]
         flags = ["--workers", a.workers] + (["--executor", "dask", "--scheduler", f"local:{a.workers}"]
                                             if a.executor == "dask" else [])

@@ -459,9 +459,11 @@ command = ["{install}/bin/notes-mcp", "{root}/notes.jsonl"]
     rows = _rows(cwd / "out")
     assert {(r["tool"], r["class"], r["reason"]) for r in rows if r["treatment"] in ("bare", None)} == {
         ("add_note", "duplicate", ""),
-        ("archive_note", None, "release 1.0 does not list this tool the world describes"),
         ("clear_notes", None, "the world file does not describe this tool"),
         ("tag_note", None, "the world file does not describe this tool")}
+    # a tool the release does not list is named apart, not counted as an untestable tool of it
+    cell = json.loads((cwd / "out" / "cells" / "notes" / "1.0.json").read_text())
+    assert cell["absent"] == {"archive_note": "release 1.0 does not list this tool the world describes"}
     card = json.loads((cwd / "out" / "cards" / "notes" / "1.0.json").read_text())
     assert [t["args"] for t in card["tools"]] == [{"text": "from the world file"}]
     missing = atlas(registry, folder(tmp_path / "noworld", NOTES.replace('since = "1.0"', 'since = "1.0"\nworld = "nowhere"')))
@@ -533,3 +535,19 @@ def test_the_shipped_atlas_loads_and_its_lock_names_every_release_offline() -> N
     assert len({(e.registry, e.package) for e in a.servers}) >= 20
     assert len(planned) >= 60
     assert all(p.published for p in planned)  # each install takes its dependencies as of its publication
+
+
+def test_the_fixture_prepares_the_folder_the_tools_are_listed_in(registry: Registry, measured: Path,
+                                                                  tmp_path: Path) -> None:
+    """A server that checks its folder at start (here: a command that fails unless the fixture's file is there)
+    is listed in a folder its fixture prepared, not an empty one."""
+    text = NOTES.replace('since = "1.0"', 'releases = ["1.0"]').replace(
+        'command = ["{install}/bin/notes-mcp", "{root}/notes.jsonl"]',
+        'command = ["sh", "-c", "test -f {root}/ready && exec {install}/bin/notes-mcp {root}/notes.jsonl"]\n'
+        'fixture = { files = { ready = "yes" } }')
+    cwd = folder(tmp_path / "fixture", text)
+    done = atlas(registry, cwd, cache=measured / "cache")
+    assert done.returncode == 0, done.stderr
+    cell = json.loads((cwd / "out" / "cells" / "notes" / "1.0.json").read_text())
+    assert cell["status"] == "measured", cell["reason"]
+    assert cell["tools"]["add_note"]["status"] == "measured"

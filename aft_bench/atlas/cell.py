@@ -27,11 +27,12 @@ from aft_bench.scorecard.effects import measure_effects
 from aft_bench.scorecard.schemas import refusal
 from aft_bench.world import install
 from aft_bench.world.draft import TODO, draft, pick_probe
-from aft_bench.world.external import ExternalWorld, expand, load_external
+from aft_bench.world.external import ExternalWorld, Fixture, Probe, Server, ToolOverlay, expand, load_external
+from aft_bench.world.resource import Resource, ResourceFailed
 from aft_bench.world.mcp_stdio import ServerFailed
 
 DRAFT_TIMEOUT_S = 60.0
-CELL_VERSION = 2  # the record's shape and how it was measured: a cell recorded by another is measured again
+CELL_VERSION = 3  # the record's shape and how it was measured: a cell recorded by another is measured again
 
 
 def _has_todo(value: Any) -> bool:
@@ -160,6 +161,21 @@ def _drafted(entry: Entry, release: str, command: list[str], folder: Path, targe
     return data, {**skipped, **unknown}
 
 
+def _listed(entry: Entry, command: list[str], env: dict[str, str], fixture: Fixture, target: Path
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The live tools, listed in a folder the fixture prepared (a server that checks its folder at start needs it;
+    a placeholder world carries the fixture to the resource that makes it)."""
+    holder = ExternalWorld(kind="mcp_stdio", id=entry.name, server=Server(package=entry.package, version="0",
+                           command=tuple(command)), fixture=fixture, probe=Probe(builtin="folder"),
+                           tools={"placeholder": ToolOverlay(effect="read")})
+    holder._source = str(target / WORLD_FILE)
+    res = Resource(holder).make()
+    try:
+        return list_tools(command, target, DRAFT_TIMEOUT_S, {**res.env(), **env}, root=res.root)
+    finally:
+        res.remove()
+
+
 def _measure(entry: Entry, release: str, folder: Path, target: Path, started: float) -> dict[str, Any]:
     command = [c.replace(INSTALL, str(folder)) for c in entry.command]
     env = {k: v.replace(INSTALL, str(folder)) for k, v in entry.env.items()}
@@ -169,10 +185,15 @@ def _measure(entry: Entry, release: str, folder: Path, target: Path, started: fl
             (target / WORLD_FILE).read_text(encoding="utf-8"))["server"].get("env", {}).items()}, **env}
     else:
         target.mkdir(parents=True)
-    try:  # the server started once, with the entry's environment, to list its tools
-        listed, info = list_tools(command, target, DRAFT_TIMEOUT_S, env)
+    fixture = entry.fixture
+    if entry.world is not None and not entry.fixture.model_dump(exclude_defaults=True):
+        fixture = load_external(target).fixture
+    try:  # the server started once, with the entry's environment, in a folder its fixture prepared, to list tools
+        listed, info = _listed(entry, command, env, fixture, target)
     except ServerFailed as exc:
         return _untestable(entry, release, f"start: {exc}", started)
+    except ResourceFailed as exc:
+        return _untestable(entry, release, f"fixture: {exc}", started)
     if not listed:
         return _untestable(entry, release, "start: the server lists no tools", started)
     try:  # each tool that needs no arguments measured on the world as the entry says it (env, probe, fixture)
@@ -189,12 +210,15 @@ def _measure(entry: Entry, release: str, folder: Path, target: Path, started: fl
     tools: dict[str, dict[str, str]] = {}
     for t in card["tools"]:
         tools.setdefault(t["tool"], {"status": "measured", "reason": ""})
+    live = {str(t.get("name")) for t in listed}
     for name, why in {**skipped, **failed}.items():
-        tools[name] = {"status": "untestable", "reason": why}
+        if name in live:  # a tool this release does not list is no tool of it: named apart, never counted
+            tools[name] = {"status": "untestable", "reason": why}
     for name in card.get("untested", []):
         tools.setdefault(name, {"status": "untestable", "reason": "a write with no example call"})
+    absent = {n: why for n, why in sorted(skipped.items()) if n not in live}
     return {**_head(entry, release), "status": "measured", "reason": "", "card": card,
-            "tools": dict(sorted(tools.items())), "seconds": round(time.monotonic() - started, 1)}
+            "tools": dict(sorted(tools.items())), "absent": absent, "seconds": round(time.monotonic() - started, 1)}
 
 
 def measure_cell(entry: Entry, release: str, cache: Path, published: str | None = None) -> dict[str, Any]:

@@ -39,13 +39,15 @@ class Drafted:
     measured: dict[str, bool]
 
 
-def list_tools(command: Sequence[str], folder: Path, timeout_s: float, env: dict[str, str] | None = None
-               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The server started once in an empty folder (with `env`, `{root}` expanded): its named tools and its
-    serverInfo (ServerFailed: it did not start or answer; what it said on stderr is in the error, redacted)."""
+def list_tools(command: Sequence[str], folder: Path, timeout_s: float, env: dict[str, str] | None = None,
+               root: Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The server started once in an empty folder (or `root`, prepared by the caller), with `env`, `{root}`
+    expanded: its named tools and its serverInfo (ServerFailed: it did not start or answer; what it said on
+    stderr is in the error, redacted)."""
     with tempfile.TemporaryDirectory(prefix="aft-init-", dir=scratch_dir()) as tmp:
-        root = Path(tmp) / "root"
-        root.mkdir()
+        if root is None:
+            root = Path(tmp) / "root"
+            root.mkdir()
         with StdioServer([expand(c, root, "", folder) for c in command], cwd=root, timeout_s=timeout_s,
                          env={k: expand(v, root, "", folder) for k, v in (env or {}).items()},
                          stderr_path=Path(tmp) / "server.log") as srv:
