@@ -686,6 +686,11 @@ NOT_EVIDENCE_TEXT = {
     "not a file",
     ("world/resource.py", 'p.write_text(text, encoding="utf-8")'): "an external world's fixture files: the world's "
     "own data, written into the episode's fresh folder",
+    ("atlas/cache.py", '(dest / "package.json").write_text('): "an empty npm prefix's package.json, a constant",
+    ("atlas/cache.py", "tmp.write_text(json.dumps(marker"): "an install's marker: registry, package, release, pins",
+    ("atlas/cell.py", "(target / WORLD_FILE).write_text("): "the drafted world in the cell's scratch folder, removed "
+    "when the cell ends; the records written from it are redacted value by value",
+    ("atlas/run.py", 'open(out / ".atlas.lock", "a")'): "the atlas folder's writer lock, empty",
 }
 WRITER = re.compile(r"write_text\(|write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.open\([\"'][wa]|to_parquet\(|to_csv\("
                     r"|savefig\(")
