@@ -388,3 +388,97 @@ def test_a_servers_structured_content_is_passed_on_beside_its_text(tmp_path: Pat
         assert text.call("echo", {"text": "t"}).content == 'OK: {"structured":{"echoed":"t"},"text":"t"}'
     finally:
         gw.close()
+
+
+# -- a server's own listing where it leaves things out, search without a query, the Surface's counters ----------------
+def _listing_world(tmp_path: Path, tools: list[dict[str, Any]]) -> Any:
+    """The echo server listing `tools` (ECHO_TOOLS) under the usual overlay (echo a read, append a write)."""
+    (tmp_path / "world.toml").write_text(
+        f'kind = "mcp_stdio"\nid = "echoes"\n[server]\npackage = "echo"\nversion = "1"\n'
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_TOOLS = {json.dumps(json.dumps(tools))} }}\n'
+        f'[probe]\nbuiltin = "folder"\n{OVERLAY}')
+    return load_external(tmp_path)
+
+
+ECHO_TOOL = {"name": "echo", "description": "Echo the text back.", "inputSchema": ECHO_SCHEMA}
+APPEND_TOOL = {"name": "append", "description": "Append the text to notes.txt.", "inputSchema": APPEND_SCHEMA}
+# seven tools, the last two found only by a query that names them ("none", "xxxx"): the top five of an empty query
+# are the first five as listed
+SEVEN = [ECHO_TOOL, APPEND_TOOL,
+         {"name": "refuse", "description": "Refuse, with isError.", "inputSchema": {"type": "object"}},
+         {"name": "list_notes", "description": "List the notes.", "inputSchema": {"type": "object"}},
+         {"name": "count_notes", "description": "Count the notes.", "inputSchema": {"type": "object"}},
+         {"name": "clear_notes", "description": "Clear the notes, leaving none.", "inputSchema": {"type": "object"}},
+         {"name": "mask_notes", "description": "Mask each note as xxxx.", "inputSchema": {"type": "object"}}]
+
+
+def test_a_tool_listed_without_schema_or_description_is_shown_with_an_empty_object_schema(tmp_path: Path) -> None:
+    """MCP lets a server leave out a tool's description and (in practice) its inputSchema: the agent is shown an
+    object schema with no properties and an empty description, never a made-up text; a key condition adds only the
+    key and its sentence (the tool is omitted from the overlay: a write)."""
+    gw = Gateway(_listing_world(tmp_path, [ECHO_TOOL, APPEND_TOOL, {"name": "ping"}]), Trace(), keys=True).open()
+    try:
+        _, bare = _surface(gw, "GW-bare")
+        assert bare[2] == {"name": "ping", "description": "", "parameters": {"type": "object", "properties": {}}}
+        _, keyed = _surface(gw, "GW-key")
+        assert keyed[2] == {"name": "ping", "description": KEY_SENTENCE,
+                            "parameters": {"type": "object", "properties": {"idempotency_key": KEY_PROPERTY}}}
+        assert gw.listed[2] == {"name": "ping"}  # the server's own listing is not changed
+    finally:
+        gw.close()
+
+
+def test_search_shows_the_top_five_and_a_missing_query_is_the_empty_one(tmp_path: Path) -> None:
+    """Of seven tools, search_tools shows five cards: for no query the first five as listed (the empty text scores
+    every card alike; no word such as "none" is searched for); a query's event names the query as asked."""
+    from aft_bench.interface.tokens import count_tokens
+
+    gw = Gateway(_listing_world(tmp_path, SEVEN), Trace()).open()
+    try:
+        face, _ = _surface(gw, "GW-selective")
+        cards = {t["name"]: f"{t['name']}: {t['description']}" for t in SEVEN}
+        first_five = [{"name": n, "card": cards[n]} for n in ("echo", "append", "refuse", "list_notes", "count_notes")]
+        assert face.call("search_tools", {}).content == {"status": "ok", "result": {"tools": first_five}}
+        found = face.call("search_tools", {"query": "clear the notes"}).content["result"]["tools"]
+        assert [t["name"] for t in found] == ["clear_notes", "list_notes", "count_notes", "append", "echo"]
+        events = [e.data for e in gw.trace.events() if e.kind == "discovered"]
+        assert events == [
+            {"query": None, "tools": [t["name"] for t in first_five], "tokens": count_tokens(canonical_json(first_five))},
+            {"query": "clear the notes", "tools": [t["name"] for t in found],
+             "tokens": count_tokens(canonical_json(found))}]
+    finally:
+        gw.close()
+
+
+def test_the_gateway_surface_runs_no_tool_programs_so_a_virtual_clock_charges_none(opened: Gateway) -> None:
+    """The Surface's programs_run is 0 from the start and stays 0 (the gateway offers no tool programs): the loop
+    under a network profile charges decisions and round trips only, never a program's build."""
+    from aft_bench.agents.protocol import Call, End, Usage
+    from aft_bench.episode.clock import VirtualClock
+    from aft_bench.episode.loop import play
+    from aft_bench.tasks.task import Brief
+
+    class TwoCalls:
+        def __init__(self) -> None:
+            self.left = [Call("echo", {"text": "a"}), Call("append", {"text": "b"})]
+
+        async def start(self, brief: Any, surface: Any) -> None:
+            pass
+
+        async def restart(self, surface: Any) -> None:
+            pass
+
+        async def act(self, observation: Any) -> Any:
+            return self.left.pop(0) if self.left else End("finish", "success")
+
+        def usage(self) -> Usage:
+            return Usage()
+
+        def take_records(self) -> list[dict[str, Any]]:
+            return []
+
+    face = GatewayInterface(opened, load_conditions().resolve("GW-bare"))
+    assert face.programs_run == 0
+    clock = VirtualClock({"rtt_ms": 10.0, "decision_ms": 100.0, "build_ms": 1000.0}, "seed")
+    played = asyncio.run(play(TwoCalls(), face, Brief("t1", "Echo, then append.", {}), 5, clock))
+    assert (played.tool_calls, played.turns, played.clock_ms, face.programs_run) == (2, 3, 320.0, 0)

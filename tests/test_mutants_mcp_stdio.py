@@ -647,3 +647,87 @@ def test_a_schema_with_several_faults_is_named_the_same_whatever_the_hash_seed()
     said = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "2", "3", "5")}
     assert said == {"its inputSchema is not a JSON Schema: 'x' is not of type 'number'\n"}
+
+
+# -- a process that ends without stopping its server, a stop from another thread -------------------------------------
+def test_a_runner_that_ends_without_stopping_its_server_still_exits(tmp_path: Path) -> None:
+    """The thread reading the server's output must not keep the runner alive at exit: a runner that ends (or
+    crashes) with a server still started exits as usual, and the server dies with it."""
+    import subprocess
+
+    script = tmp_path / "scripted.py"
+    script.write_text(SCRIPTED)
+    program = ("import sys; from pathlib import Path; from aft_bench.world.mcp_stdio import StdioServer; "
+               f"srv = StdioServer([sys.executable, {str(script)!r}], cwd=Path({str(tmp_path)!r})).start(); "
+               "print(srv.server_info['name'], [t['name'] for t in srv.tools()], flush=True)")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "scripted ['echo']\n"), done.stderr
+
+
+def test_a_stop_from_another_thread_ends_a_waiting_request_with_server_failed(tmp_path: Path) -> None:
+    """A request waiting on a hung server when another thread stops it: one ServerFailed line (the server's
+    output closed), never an AttributeError on the process that is gone."""
+    import threading
+    import time
+
+    srv = _server(tmp_path, {"tools/list": ["!sleep 20"]}).start()
+
+    def stop_once_asked() -> None:  # when the server has read tools/list, the client is waiting for its answer
+        deadline = time.monotonic() + 60
+        while (tmp_path / "got.jsonl").read_bytes().count(b"\n") < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        srv.stop()
+
+    stopper = threading.Thread(target=stop_once_asked)
+    stopper.start()
+    try:
+        with pytest.raises(ServerFailed) as caught:
+            srv.tools()
+    finally:
+        stopper.join(60)
+    assert str(caught.value) == "the server closed its output before it answered tools/list"
+    assert srv.proc is None and [m.get("method") for m in _got(tmp_path)] == [
+        "initialize", "notifications/initialized", "tools/list"]
+
+
+def test_a_forked_start_is_bounded_by_the_servers_timeout_at_the_launchers_start_and_at_spawn(
+        tmp_path: Path, forking: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's start timeout bounds both waits on the launcher: one whose preloads take longer than it to
+    import, and one that stops answering (frozen, swapped out) when asked for a server; each fails the start by
+    name, never hangs the episode."""
+    import signal
+    import threading
+    import time
+
+    from aft_bench.world.launcher import launcher
+
+    python, entry, _ = forking
+    (tmp_path / "scripted.py").write_text(SCRIPTED)
+    mark = f"{os.getpid()}_{time.monotonic_ns()}"
+    slow, fresh = f"aft_test_slow_{mark}", f"aft_test_fresh_{mark}"
+    (tmp_path / f"{slow}.py").write_text("import time\ntime.sleep(4)\n")
+    (tmp_path / f"{fresh}.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", f"{os.environ['PYTHONPATH']}{os.pathsep}{tmp_path}")
+    srv = StdioServer([str(tmp_path / "scripted.py")], cwd=tmp_path, fork=(python, entry, (slow,)), timeout_s=1)
+    assert _failure(srv) == "the forked launcher did not answer start within 1 s"
+
+    frozen = launcher(python, entry, (fresh,), 30)  # this test's own launcher, started, then stopped
+    said: list[str] = []
+
+    def start() -> None:
+        try:
+            StdioServer([str(tmp_path / "scripted.py")], cwd=tmp_path, fork=(python, entry, (fresh,)),
+                        timeout_s=1).start().stop()
+        except ServerFailed as exc:
+            said.append(str(exc))
+
+    os.killpg(frozen.proc.pid, signal.SIGSTOP)
+    starter = threading.Thread(target=start)
+    try:
+        starter.start()
+        starter.join(60)
+    finally:
+        os.killpg(frozen.proc.pid, signal.SIGKILL)
+        starter.join(60)
+        frozen.close()
+    assert said == ["the forked launcher did not answer spawn within 1 s"]

@@ -690,3 +690,229 @@ def test_a_launcher_that_stops_answering_fails_the_spawn_within_its_timeout(tmp_
         os.killpg(l.proc.pid, signal.SIGKILL)
         l.close()
     assert not l.alive
+
+
+# -- the launcher's corners: a large request, its stdin, a frozen launcher at reap and at close ---------------------
+def test_a_forked_server_with_a_large_environment_is_spawned_whole(tmp_path: Path) -> None:
+    """A spawn request (argv, folder, environment) is one message however long: an environment of 100 KB (a CI
+    machine's is often tens of KB) reaches the server whole, never cut into pieces the launcher cannot read."""
+    l = launcher(sys.executable, "forkable_echo:main", (), 30)
+    big = "x" * 100_000
+    (tmp_path / "size.py").write_text("import os, sys\nprint(len(os.environ['AFT_TEST_BIG']), sys.argv[1:])\n")
+    proc = l.spawn([sys.executable, str(tmp_path / "size.py"), "a"], tmp_path, {**os.environ, "AFT_TEST_BIG": big},
+                   None, 10)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert (proc.stdout.read(), proc.wait(timeout=30)) == (b"100000 ['a']\n", 0)
+    proc.stdout.close()
+    proc.stdin.close()
+    assert l.alive
+
+
+def test_the_launcher_never_holds_the_runners_stdin(tmp_path: Path) -> None:
+    """`serve` speaks MCP over its own stdin: the launcher it starts reads /dev/null, not the runner's stdin."""
+    program = ("import os, sys; from aft_bench.world.launcher import launcher; "
+               "l = launcher(sys.executable, 'forkable_echo:main', (), 30); "
+               "print(os.readlink(f'/proc/{l.proc.pid}/fd/0'), flush=True); l.close()")
+    done = subprocess.run([sys.executable, "-c", program], input="", capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "/dev/null\n"), done.stderr
+
+
+def test_wait_with_no_time_left_says_it_waited_none(tmp_path: Path) -> None:
+    """As subprocess.Popen says it: a wait of 0 s on a running server times out after 0 seconds."""
+    l = launcher(sys.executable, "forkable_echo:main", (), 30)
+    proc = _spawn(l, tmp_path)
+    with pytest.raises(subprocess.TimeoutExpired) as waited:
+        proc.wait(timeout=0)
+    assert (waited.value.cmd, waited.value.timeout) == (str(proc.pid), 0)
+    assert str(waited.value) == f"Command '{proc.pid}' timed out after 0.0 seconds"
+    proc.stdin.close()  # type: ignore[union-attr]
+    assert proc.wait(timeout=30) == 0
+    proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_launcher_that_stops_answering_at_reap_reads_as_killed_not_a_hang(tmp_path: Path) -> None:
+    """The server exited while its launcher is frozen: its status cannot be asked, so the wait ends (after the
+    reap's 10 s bound) with the status of a killed server instead of hanging the episode's stop."""
+    l = Launcher(sys.executable, "forkable_echo:main", (), 30)  # its own, not the process's shared one
+    proc = _spawn(l, tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "initialize"}\n')  # it runs (in its own group)
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["result"]["serverInfo"] == {"name": "witness", "version": "1"}
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(proc.wait()))
+    try:
+        os.killpg(l.proc.pid, signal.SIGSTOP)  # the launcher's group; the server has its own and runs on
+        proc.stdin.close()  # end of its input: the witness exits
+        waiter.start()
+        waiter.join(60)
+        assert not waiter.is_alive() and got == [-9]  # answered while the launcher was still frozen
+    finally:
+        os.killpg(l.proc.pid, signal.SIGKILL)
+        waiter.join(60)
+        l.close()
+        proc.stdout.close()
+
+
+def test_a_launcher_whose_preload_never_finishes_is_killed_not_waited_for(tmp_path: Path, monkeypatch) -> None:
+    """A server module whose import hangs: the start fails after its timeout and the launcher is killed (after
+    close's 10 s grace), so the world fails by name instead of holding the run until the import ends."""
+    name = _module(tmp_path, f"preload_hangs_{os.getpid()}_{time.monotonic_ns()}", "import time\ntime.sleep(150)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{DATA}{os.pathsep}{tmp_path}")
+    said: list[str] = []
+
+    def start() -> None:
+        try:
+            launcher(sys.executable, "forkable_echo:main", (name,), 1)
+        except LaunchFailed as exc:
+            said.append(str(exc))
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    starter.join(60)
+    finished = not starter.is_alive()
+    starter.join(240)
+    assert finished and said == ["the forked launcher did not answer start within 1 s"]
+
+
+# -- the pool's keys, folders and thread -------------------------------------------------------------------------
+def test_a_world_prepared_forked_is_not_handed_to_the_same_world_started_from_nothing(tmp_path: Path) -> None:
+    """How a server is launched is left out of the world's hash, so the pool's key holds it: the same world without
+    its [server.fork] must not be given the forked server the pool prepared (nor the other way round)."""
+    world = _world(tmp_path, forked=True)
+    plain = world.model_copy(update={"server": world.server.model_copy(update={"fork": None})})
+    assert plain.hash == world.hash
+    parent = _scratch(tmp_path)
+    p = Pool()
+    for _ in range(2):
+        p.take(world, parent).discard()
+    assert p.has_ahead(world, parent) and not p.has_ahead(plain, parent)
+    got = p.take(plain, parent)
+    try:
+        assert not got.ahead and isinstance(got.server.proc, subprocess.Popen)
+        assert p.has_ahead(world, parent)  # the forked one is still there for the forked world
+    finally:
+        got.discard()
+    got = p.take(world, parent)
+    try:
+        assert got.ahead and isinstance(got.server.proc, ForkedProcess)
+    finally:
+        got.discard()
+    assert p.drain() == 1 and list(parent.iterdir()) == []
+
+
+def test_every_world_the_pool_makes_is_made_in_the_folder_asked_for(tmp_path: Path) -> None:
+    """Made now or made ahead (after one made now, after one taken from ahead), each world's folder is in the
+    caller's folder (a run's scratch, removed with it), never the system's temp folder."""
+    world = _world(tmp_path)
+    parent = _scratch(tmp_path)
+    p = Pool()
+    first = p.take(world, parent)  # made now, asked for the first time
+    second = p.take(world, parent)  # made now, then the next made ahead
+    ahead = _ahead(p)
+    third = p.take(world, parent)  # the one made ahead, then the next made ahead
+    fourth = _ahead(p)
+    try:
+        assert third is ahead and [w.resource.root.parent for w in (first, second, third, fourth)] == [parent] * 4
+        assert (first.ahead, second.ahead, third.ahead) == (False, False, True)
+    finally:
+        for w in (first, second, third):
+            w.discard()
+    assert p.drain() == 1 and list(parent.iterdir()) == []
+
+
+def test_the_pool_makes_every_world_on_one_thread(tmp_path: Path) -> None:
+    """One long-lived thread starts every server the pool makes (a server dies with the thread that started it):
+    however many worlds are made, made ahead and taken, the pool has started one thread."""
+    def pool_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "aft-bench-world-pool"]
+
+    before = pool_threads()
+    world = _world(tmp_path)
+    parent = _scratch(tmp_path)
+    p = Pool()
+    for _ in range(4):
+        p.take(world, parent).discard()
+    p.prefetch(world, Path(os.path.realpath(tmp_path)))
+    new = [t for t in pool_threads() if t not in before]
+    assert new == [p._thread] and new[0].is_alive()
+    assert p.drain() == 2 and list(parent.iterdir()) == []
+
+
+def test_a_runner_that_ends_with_a_world_prepared_ahead_exits_and_removes_it(tmp_path: Path) -> None:
+    """The pool's thread must not keep a process alive at its end: a runner that ends with a world prepared ahead
+    exits, and its exit hook stops that world and removes its folder."""
+    world = _world(tmp_path)
+    parent = _scratch(tmp_path)
+    program = ("import sys; from pathlib import Path; from aft_bench.world import pool; "
+               "from aft_bench.world.external import load_external; "
+               "w, parent = load_external(Path(sys.argv[1])), Path(sys.argv[2]); "
+               "[pool.take(w, parent).discard() for _ in range(2)]; "
+               "made = [f.result(timeout=60) for f in list(pool.POOL._made)]; "
+               "print(pool.POOL.has_ahead(w, parent), len(made), len(list(parent.iterdir())), flush=True)")
+    done = subprocess.run([sys.executable, "-c", program, str(world.folder), str(parent)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, pool.POOL_ENV: "1"})
+    assert (done.returncode, done.stdout) == (0, "True 1 2\n"), done.stderr  # the world ahead: its folder and log
+    assert list(parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["{world}", "{root}"])
+def test_a_fork_interpreter_named_by_the_worlds_or_the_resources_folder_is_found(where: str, tmp_path: Path) -> None:
+    """[server.fork]'s python may be kept beside world.toml ({world}) or made by the fixture ({root}): expanded for
+    the episode's resource like the command, never started as the literal text."""
+    link = 'commands = [["ln", "-s", ' + json.dumps(sys.executable) + ', "{root}/python"]]\n'
+    world = _world(tmp_path, forked=True, commands=link if where == "{root}" else "")
+    (world.folder / "python").symlink_to(sys.executable)
+    fork = world.server.fork.model_copy(update={"python": f"{where}/python"})  # type: ignore[union-attr]
+    world = world.model_copy(update={"server": world.server.model_copy(update={"fork": fork})})
+    parent = _scratch(tmp_path)
+    got = pool.prepare(world, parent)
+    try:
+        python = (world.folder if where == "{world}" else got.resource.root) / "python"
+        assert isinstance(got.server.proc, ForkedProcess) and _report(got)["cwd"] == str(got.resource.root)
+        assert Path(f"/proc/{got.server.pid}/cmdline").read_bytes().split(b"\0")[0] == str(python).encode()
+    finally:
+        got.discard()
+    assert list(parent.iterdir()) == []
+
+
+def test_an_http_server_that_never_listens_is_bounded_by_the_worlds_start_timeout(tmp_path: Path) -> None:
+    """Over HTTP too the world's start_timeout_s bounds the wait for a server that never answers initialize."""
+    import re
+
+    world = _world(tmp_path, http=True, start_timeout=1)
+    (world.folder / "witness_http.py").write_text("import time\ntime.sleep(600)\n")
+    parent = _scratch(tmp_path)
+    with pytest.raises(ServerFailed) as failed:
+        pool.prepare(world, parent)
+    assert re.fullmatch(r"no answer to initialize within 1 s at http://127\.0\.0\.1:\d+/mcp", str(failed.value))
+    assert list(parent.iterdir()) == [] and _until(lambda: _working_in(parent) == [])
+
+
+def test_a_launcher_killed_while_a_spawn_waits_for_its_answer_says_so(tmp_path: Path) -> None:
+    """The launcher dies (the OOM killer, a kill) after it was asked for a server and before it answered: the start
+    fails naming that, with the system's reason."""
+    import fcntl
+    import termios
+
+    l = Launcher(sys.executable, "forkable_echo:main", (), 30)  # its own, not the process's shared one
+    said: list[str] = []
+
+    def spawn() -> None:
+        try:
+            _spawn(l, tmp_path)
+        except LaunchFailed as exc:
+            said.append(str(exc))
+
+    os.killpg(l.proc.pid, signal.SIGSTOP)  # it cannot read the request
+    spawner = threading.Thread(target=spawn)
+    try:
+        spawner.start()
+        # the request is sent (and unread) once the socket holds bytes the launcher has not taken
+        assert _until(lambda: int.from_bytes(fcntl.ioctl(l._sock.fileno(), termios.TIOCOUTQ, b"\0" * 4),
+                                             sys.byteorder) > 0, 60)
+    finally:
+        os.killpg(l.proc.pid, signal.SIGKILL)
+        spawner.join(60)
+        l.close()
+    assert said == ["the forked launcher failed during spawn: [Errno 104] Connection reset by peer"]
