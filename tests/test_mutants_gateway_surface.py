@@ -395,8 +395,8 @@ def _listing_world(tmp_path: Path, tools: list[dict[str, Any]]) -> Any:
     """The echo server listing `tools` (ECHO_TOOLS) under the usual overlay (echo a read, append a write)."""
     (tmp_path / "world.toml").write_text(
         f'kind = "mcp_stdio"\nid = "echoes"\n[server]\npackage = "echo"\nversion = "1"\n'
-        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\nenv = {{ ECHO_TOOLS = {json.dumps(json.dumps(tools))} }}\n'
-        f'[probe]\nbuiltin = "folder"\n{OVERLAY}')
+        f'command = ["{sys.executable}", "{ECHO}", "{tmp_path}"]\n'
+        f'env = {{ ECHO_TOOLS = {json.dumps(json.dumps(tools))} }}\n[probe]\nbuiltin = "folder"\n{OVERLAY}')
     return load_external(tmp_path)
 
 
@@ -443,7 +443,8 @@ def test_search_shows_the_top_five_and_a_missing_query_is_the_empty_one(tmp_path
         assert [t["name"] for t in found] == ["clear_notes", "list_notes", "count_notes", "append", "echo"]
         events = [e.data for e in gw.trace.events() if e.kind == "discovered"]
         assert events == [
-            {"query": None, "tools": [t["name"] for t in first_five], "tokens": count_tokens(canonical_json(first_five))},
+            {"query": None, "tools": [t["name"] for t in first_five],
+             "tokens": count_tokens(canonical_json(first_five))},
             {"query": "clear the notes", "tools": [t["name"] for t in found],
              "tokens": count_tokens(canonical_json(found))}]
     finally:
