@@ -45,7 +45,7 @@ def _has_todo(value: Any) -> bool:
     return False
 
 
-def _untestable(entry: Entry, release: str, reason: str, started: float) -> dict[str, Any]:
+def untestable(entry: Entry, release: str, reason: str, started: float) -> dict[str, Any]:
     return {**_head(entry, release), "status": "untestable", "reason": redact(reason)[:2000], "card": None,
             "tools": {}, "seconds": round(time.monotonic() - started, 1)}
 
@@ -191,22 +191,22 @@ def _measure(entry: Entry, release: str, folder: Path, target: Path, started: fl
     try:  # the server started once, with the entry's environment, in a folder its fixture prepared, to list tools
         listed, info = _listed(entry, command, env, fixture, target)
     except ServerFailed as exc:
-        return _untestable(entry, release, f"start: {exc}", started)
+        return untestable(entry, release, f"start: {exc}", started)
     except ResourceFailed as exc:
-        return _untestable(entry, release, f"fixture: {exc}", started)
+        return untestable(entry, release, f"fixture: {exc}", started)
     if not listed:
-        return _untestable(entry, release, "start: the server lists no tools", started)
+        return untestable(entry, release, "start: the server lists no tools", started)
     try:  # each tool that needs no arguments measured on the world as the entry says it (env, probe, fixture)
         data, skipped = _drafted(entry, release, command, folder, target, listed, info, {})
         measured = measure_effects(_write_world(target, data), listed)
         data, skipped = _drafted(entry, release, command, folder, target, listed, info, measured)
         world = _write_world(target, data)
     except InputError as exc:
-        return _untestable(entry, release, f"the atlas entry: {exc}", started)
+        return untestable(entry, release, f"the atlas entry: {exc}", started)
     try:
         card, failed = _card(world)
     except WorldFailed as exc:
-        return _untestable(entry, release, f"measure: {exc}", started)
+        return untestable(entry, release, f"measure: {exc}", started)
     tools: dict[str, dict[str, str]] = {}
     for t in card["tools"]:
         tools.setdefault(t["tool"], {"status": "measured", "reason": ""})
@@ -228,6 +228,6 @@ def measure_cell(entry: Entry, release: str, cache: Path, published: str | None 
     try:
         folder = ensure(cache, entry, release, published)
     except InstallFailed as exc:
-        return _untestable(entry, release, f"install: {exc}", started)
+        return untestable(entry, release, f"install: {exc}", started)
     with tempfile.TemporaryDirectory(prefix="aft-atlas-", dir=scratch_dir()) as tmp:
         return _measure(entry, release, folder, Path(tmp) / "world", started)

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from aft_bench.atlas import releases as reg
-from aft_bench.atlas.cell import CELL_VERSION, measure_cell
+from aft_bench.atlas.cell import CELL_VERSION, measure_cell, untestable
 from aft_bench.atlas.spec import Atlas, Entry
 from aft_bench.common import crashpoints
 from aft_bench.common.canonical import digest
@@ -130,12 +131,7 @@ def _task(entry: Entry, release: str, published: str | None, cache: str) -> dict
     try:
         rec = measure_cell(entry, release, Path(cache), published)
     except Exception as exc:  # noqa: BLE001 - a harness fault is recorded as the cell's, with its type
-        from aft_bench.common.secrets import redact
-
-        rec = {"cell": CELL_VERSION, "server": entry.name, "registry": entry.registry, "package": entry.package,
-               "release": release, "status": "untestable", "reason": redact(f"internal: {type(exc).__name__}: "
-                                                                            f"{exc}")[:2000],
-               "card": None, "tools": {}, "seconds": 0.0, "claims": {}}
+        rec = untestable(entry, release, f"internal: {type(exc).__name__}: {exc}", time.monotonic())
     from aft_bench.atlas.cache import cutoff
 
     return {**rec, "entry": entry_key(entry), "as_of": cutoff(published)}
