@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from aft_bench.common.lifetime import pid_namespace
 from aft_bench.world import launcher as lm
 from aft_bench.world import pool
 from aft_bench.world.external import ExternalWorld, load_external
-from aft_bench.world.launcher import ForkedProcess, LaunchFailed, Launcher, launcher
+from aft_bench.world.launcher import ForkedProcess, LaunchFailed, Launcher, _pid_of, launcher
 from aft_bench.world.mcp_http import HttpServer
 from aft_bench.world.mcp_stdio import ServerFailed, StdioServer
 from aft_bench.world.pool import Pool, PoolDrained, Prepared
@@ -694,18 +695,93 @@ def test_a_launcher_that_stops_answering_fails_the_spawn_within_its_timeout(tmp_
 
 # -- the launcher's corners: a large request, its stdin, a frozen launcher at reap and at close ---------------------
 def test_a_forked_server_with_a_large_environment_is_spawned_whole(tmp_path: Path) -> None:
-    """A spawn request (argv, folder, environment) is one message however long: an environment of 100 KB (a CI
-    machine's is often tens of KB) reaches the server whole, never cut into pieces the launcher cannot read."""
+    """A spawn request (argv, folder, environment) reaches the server whole however long it is: 300 KB of
+    environment is more than one datagram can carry (the socket's send buffer, about 208 KB by default), which once
+    failed as "the forked launcher is gone" while the launcher was alive."""
     l = launcher(sys.executable, "forkable_echo:main", (), 30)
-    big = "x" * 100_000
-    (tmp_path / "size.py").write_text("import os, sys\nprint(len(os.environ['AFT_TEST_BIG']), sys.argv[1:])\n")
-    proc = l.spawn([sys.executable, str(tmp_path / "size.py"), "a"], tmp_path, {**os.environ, "AFT_TEST_BIG": big},
-                   None, 10)
+    big = {f"AFT_TEST_BIG{i}": str(i) * 100_000 for i in range(3)}
+    (tmp_path / "size.py").write_text("import os, sys\nprint([len(os.environ[f'AFT_TEST_BIG{i}']) for i in range(3)],"
+                                      " os.environ['AFT_TEST_BIG2'][:2], sys.argv[1:])\n")
+    proc = l.spawn([sys.executable, str(tmp_path / "size.py"), "a"], tmp_path, {**os.environ, **big}, None, 10)
     assert proc.stdout is not None and proc.stdin is not None
-    assert (proc.stdout.read(), proc.wait(timeout=30)) == (b"100000 ['a']\n", 0)
+    assert (proc.stdout.read(), proc.wait(timeout=30)) == (b"[100000, 100000, 100000] 22 ['a']\n", 0)
     proc.stdout.close()
     proc.stdin.close()
     assert l.alive
+
+
+def _without_pidfd(tmp_path: Path) -> str:
+    """An interpreter like this one whose `os` has no `pidfd_open`, as Python 3.8's (a server's venv may be old)."""
+    site = tmp_path / "nopidfd"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\ndel os.pidfd_open\n")
+    wrapper = tmp_path / "python-nopidfd"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(site))}:$PYTHONPATH exec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_launcher_whose_interpreter_cannot_make_pidfds_knows_its_servers_by_pid_when_not_contained(
+        tmp_path: Path, monkeypatch) -> None:
+    """Outside a PID namespace the launcher's pid is this process's: the server is found, waited for and reaped
+    by it, with its real exit status."""
+    monkeypatch.setenv("AFT_BENCH_CONTAIN", "0")
+    pid_namespace.cache_clear()
+    try:
+        l = Launcher(_without_pidfd(tmp_path), "forkable_echo:main", (), 30)
+    finally:
+        pid_namespace.cache_clear()
+    try:
+        proc = _spawn(l, tmp_path)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "initialize"}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["result"]["serverInfo"] == {"name": "witness", "version": "1"}
+        assert proc.pid == proc.local and os.getpgid(proc.pid) == proc.pid  # it answered: it is in its folder
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == str(tmp_path) and proc.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0 and proc.poll() == 0
+        crashed = _spawn(l, tmp_path, {"WITNESS_EXIT": "3"})
+        assert crashed.stdin is not None
+        crashed.stdin.write(b"{}\n")
+        crashed.stdin.flush()
+        assert crashed.wait(timeout=10) == 3 and crashed.returncode == 3
+        killed = _spawn(l, tmp_path)
+        os.kill(killed.pid, signal.SIGKILL)
+        assert killed.wait(timeout=10) == -9
+        for p in (proc, crashed, killed):
+            p.stdout.close()  # type: ignore[union-attr]
+            p.stdin.close()  # type: ignore[union-attr]
+    finally:
+        l.close()
+
+
+def test_a_contained_launcher_whose_interpreter_cannot_make_pidfds_is_refused_with_the_way_out(
+        tmp_path: Path) -> None:
+    """In its own PID namespace the launcher's pids mean nothing here: a server known only by one would be
+    waited for, signalled and reaped as some other process. The launcher is refused before any server starts."""
+    if not pid_namespace():
+        pytest.fail("this machine refuses a PID namespace (unshare): servers are not contained here")
+    python = _without_pidfd(tmp_path)
+    with pytest.raises(LaunchFailed) as failed:
+        Launcher(python, "forkable_echo:main", (), 30)
+    assert str(failed.value) == (
+        f"the forked launcher's interpreter {python!r} cannot make a pidfd (Python 3.9 and Linux 5.3 or later "
+        "can), which a launcher in a PID namespace of its own needs: start this world without [server.fork], "
+        "or with AFT_BENCH_CONTAIN=0")
+
+
+def test_a_descriptor_that_is_not_a_pidfd_is_named_as_one_this_kernel_cannot_read(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    try:
+        with pytest.raises(LaunchFailed) as failed:
+            _pid_of(r)
+        assert str(failed.value) == "the forked launcher sent a pidfd this kernel cannot read"
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_the_launcher_never_holds_the_runners_stdin(tmp_path: Path) -> None:

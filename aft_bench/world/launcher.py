@@ -65,6 +65,11 @@ class Launcher:
         if "error" in ready:
             self.close()
             raise LaunchFailed(f"the forked launcher could not load {entry}: {ready['error']}")
+        if fds and not ready.get("pidfd"):  # in a PID namespace of its own, the pid it names is not ours
+            self.close()
+            raise LaunchFailed(f"the forked launcher's interpreter {python!r} cannot make a pidfd (Python 3.9 and "
+                               "Linux 5.3 or later can), which a launcher in a PID namespace of its own needs: "
+                               "start this world without [server.fork], or with AFT_BENCH_CONTAIN=0")
 
     def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
         return self._receive_fds(timeout_s, what)[0]
@@ -90,11 +95,11 @@ class Launcher:
         out_r, out_w = os.pipe()
         err = os.open(stderr_path if stderr_path is not None else os.devnull,
                       os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        body = _sealed(json.dumps({"argv": list(argv), "cwd": str(cwd), "env": dict(env)}).encode())
         try:
-            request = {"op": "spawn", "argv": list(argv), "cwd": str(cwd), "env": dict(env)}
             with self._lock:
                 try:
-                    socket.send_fds(self._sock, [json.dumps(request).encode()], [in_r, out_w, err])
+                    socket.send_fds(self._sock, [b'{"op": "spawn"}'], [in_r, out_w, err, body])
                 except OSError as exc:
                     raise LaunchFailed(f"the forked launcher is gone: {exc}") from None
                 answer, pidfds = self._receive_fds(timeout_s, "spawn")
@@ -103,7 +108,7 @@ class Launcher:
             os.close(out_r)
             raise
         finally:
-            for fd in (in_r, out_w, err):
+            for fd in (in_r, out_w, err, body):
                 os.close(fd)
         local = int(answer["pid"])
         if pidfds:
@@ -168,6 +173,17 @@ class ForkedProcess:
         status = self._launcher.reap(self.local)
         self.returncode = status if status is not None else -int(signal.SIGKILL)
         return self.returncode
+
+
+def _sealed(data: bytes) -> int:
+    """A memory file holding `data`, read from its start: a spawn request's argv, folder and environment travel in
+    it, as a datagram cannot be longer than the socket's send buffer (about 208 KB by default)."""
+    fd = os.memfd_create("aft-bench-spawn", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _pid_of(pidfd: int) -> int:

@@ -4,10 +4,12 @@ interpreter's start-up and imports. Standard library only: it never imports aft_
 
     python -c BOOT zygote.py '{"fd": 3, "entry": "pkg:main", "preload": ["pkg.server"]}'   (launcher.BOOT)
 
-Over the Unix socket at `fd` (SOCK_SEQPACKET, one JSON message each way per request):
-- `{"op": "spawn", "argv": [...], "cwd": ..., "env": {...}}` with three file descriptors (the child's stdin,
-  stdout, stderr) answers `{"pid": N}` (this process's view of it) with a pidfd for it: the child has its own process group, gets SIGKILL if this process dies,
-  and runs `entry` with `sys.argv = argv` in `cwd` with exactly `env`.
+Over the Unix socket at `fd` (SOCK_SEQPACKET, one JSON message each way per request); the first message says
+`{"ready": true, "pid": N, "pidfd": B}` (B: whether this interpreter can make pidfds) or `{"error": ...}`:
+- `{"op": "spawn"}` with four file descriptors (the child's stdin, stdout, stderr, and a file holding the request's
+  body `{"argv": [...], "cwd": ..., "env": {...}}`, which may be longer than a datagram can be) answers
+  `{"pid": N}` (this process's view of it) with a pidfd for it: the child has its own process group, gets SIGKILL
+  if this process dies, and runs `entry` with `sys.argv = argv` in `cwd` with exactly `env`.
 - `{"op": "reap", "pid": N}` (after the child exited, or was killed) answers `{"status": S}`, its exit status as
   `subprocess` gives it (negative: killed by that signal). Until then the exited child keeps its pid, so a
   signal to its group can never reach a recycled one.
@@ -93,6 +95,20 @@ def _status(raw: int) -> int:
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
 
+def _body(fd: int) -> dict[str, Any]:
+    """The spawn request's body, from the file the launcher sent with it (closed here)."""
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read())
+
+
+def _can_pidfd() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def _answer_spawn(sock: socket.socket, pid: int) -> None:
     """The child's pid as this process sees it, with a pidfd for it: in a PID namespace of its own (where the
     launcher runs contained) that pid means nothing to the runner, the pidfd does."""
@@ -118,16 +134,17 @@ def serve(spec: dict[str, Any]) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names the world
         sock.send(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         return
-    sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    sock.send(json.dumps({"ready": True, "pid": os.getpid(), "pidfd": _can_pidfd()}).encode())
     children: set[int] = set()
     me = os.getpid()
     try:
         while True:
-            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 3)
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 4)
             if not data:
                 return  # the launcher has gone
             request = json.loads(data)
             if request.get("op") == "spawn":
+                request.update(_body(fds.pop()))
                 pid = os.fork()
                 if pid == 0:
                     _child(sock, request, fds, str(spec["entry"]), me)
