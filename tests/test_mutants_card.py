@@ -11,6 +11,7 @@ interruption shown in text results, a server's structured content, and the trace
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -544,3 +545,43 @@ def test_the_trace_records_each_call_as_made_and_verify_without_the_key(tmp_path
     assert {k: v for k, v in check.items() if k != "hash"} == {"tool": "append", "args": {"text": "notes.txt"},
                                                                "holds": False}
     assert (events[-1].kind, events[-1].data) == ("model_call", {"tokens": 3, "model": "m"})
+
+
+# -- one server per example: the three treatments from one run ---------------------------------------------------
+STAMPS = ('[tools.stamp]\neffect = "write"\nidentity = { collection = "files", key_arg = "name" }\n'
+          'examples = [{ args = { name = "s.txt" } }]\n')
+
+
+@pytest.mark.parametrize("overlay", [DUPLICATE, FALSE_FAILURE, SILENT, NOTHING, STAMPS],
+                         ids=["duplicate", "false_failure", "silent", "nothing", "stamps"])
+@pytest.mark.parametrize("treatments", [("bare", "key", "verify"), ("key", "verify"), ("verify",), ("key",)],
+                         ids=["all", "key+verify", "verify", "key"])
+def test_every_treatment_from_one_server_is_the_card_of_one_server_per_treatment(overlay: str,
+                                                                                 treatments: tuple[str, ...],
+                                                                                 tmp_path: Path) -> None:
+    """The atlas measures an example's treatments from one server (`shared`): its card must be the very card of a
+    server per treatment, for every class, a tool that acts only when asked again (the bare re-issue is its first
+    effect, after the key's replay and verify's check on the same server), and a verify that re-issues."""
+    world = _world(tmp_path, overlay)
+    assert _json(measure(world, treatments, shared=True)) == _json(measure(world, treatments))
+
+
+def test_one_server_per_example_says_so_in_its_progress_and_leaves_no_server_running(tmp_path: Path) -> None:
+    """Servers are stopped on threads of their own while the next starts: each is gone when `measure` returns,
+    even one that takes its time to exit once its input ends."""
+    slow = SERVER + "\nimport time\ntime.sleep(0.6)\n"
+    world = _world(tmp_path, DUPLICATE)
+    (tmp_path / "srv.py").write_text(slow)
+    said: list[str] = []
+    card = measure(world, progress=said.append, shared=True)
+    assert said == ["add #1 bare, key, verify", "add #2 bare, key, verify"]
+    assert [o.cls for t in card.tools for o in t.outcomes] == ["duplicate", "safe", "safe"] * 2
+    running = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(tmp_path / "srv.py").encode() in cmd:
+            running.append(pid)
+    assert running == []

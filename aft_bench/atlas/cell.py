@@ -32,7 +32,8 @@ from aft_bench.world.resource import Resource, ResourceFailed
 from aft_bench.world.mcp_stdio import ServerFailed
 
 DRAFT_TIMEOUT_S = 60.0
-CELL_VERSION = 3  # the record's shape and how it was measured: a cell recorded by another is measured again
+CELL_VERSION = 4  # the record's shape and how it was measured: a cell recorded by another is measured again
+# (4: an example's three treatments measured from one server, scorecard.card._run_shared)
 
 
 def _has_todo(value: Any) -> bool:
@@ -122,14 +123,14 @@ def _card(world: ExternalWorld) -> tuple[dict[str, Any], dict[str, str]]:
     """The world's card, every tool in one go; where that fails, each tool with examples measured alone, a tool
     that fails alone untestable with why."""
     try:
-        return json.loads(redacted_dumps(measure(world).to_dict())), {}
+        return json.loads(redacted_dumps(measure(world, shared=True).to_dict())), {}
     except WorldFailed:
         pass
     cards: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
     for name in sorted(n for n, t in world.tools.items() if t.examples):
         try:
-            cards.append(json.loads(redacted_dumps(measure(_only(world, name)).to_dict())))
+            cards.append(json.loads(redacted_dumps(measure(_only(world, name), shared=True).to_dict())))
         except WorldFailed as exc:
             failed[name] = redact(str(exc))[:600]
     if not cards:

@@ -6,6 +6,7 @@ server's word; where it made none, its answer decides what a client was told (`a
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -101,51 +102,133 @@ def classify(realized: int | None, effect: bool, again: bool, reissue: dict[str,
     return "silent_success", f"{once}; answer: success"
 
 
-def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Example, treatment: str) -> Outcome:
+@dataclass(frozen=True)
+class _Lost:
+    """An example played up to its lost call: the call's arguments, the state before and after it, and the
+    server's real answer to it."""
+
+    args: dict[str, Any]
+    before: dict[str, Any]
+    mid: dict[str, Any]
+    first: dict[str, Any] | None
+
+    @property
+    def effect(self) -> dict[str, Any]:
+        return snapshot.diff(self.before, self.mid)
+
+
+@dataclass(frozen=True)
+class _Reissued:
+    """What one re-issue did: the server's answer (None: it never reached the server), what the client got, and
+    what it changed in the real state."""
+
+    reissue: dict[str, Any] | None
+    delivered: dict[str, Any] | None
+    changes: dict[str, Any]
+
+
+Closer = Callable[[Callable[[], None]], object]
+
+
+def _now(close: Callable[[], None]) -> None:
+    close()
+
+
+def _open(world: ExternalWorld, tool: str, ex: Example, keys: bool) -> tuple[Gateway, Trace]:
+    """A fresh server and folder behind a gateway that loses the answer to the example's call of `tool`."""
     occurrence = 1 + sum(1 for c in ex.before if c.tool == tool)
     trace = Trace()
     gw = Gateway(world, trace, GatewaySchedule(id="scorecard", faults=(
-        GatewayFault(kind="response_loss", tool=tool, occurrence=occurrence),)), keys=treatment == "key")
+        GatewayFault(kind="response_loss", tool=tool, occurrence=occurrence),)), keys=keys)
     gw.open()
+    return gw, trace
+
+
+def _lose(gw: Gateway, trace: Trace, tool: str, ex: Example, key: str | None) -> _Lost:
+    """The example's set-up calls, then its call, whose answer the gateway loses."""
+    world = gw.world
+    earlier = []
+    for call in ex.before:
+        d = gw.invoke(call.tool, resolve(call.args, earlier) if earlier else call.args)
+        earlier.append(d.answer.to_dict() if d.answer is not None else None)
     try:
-        earlier = []
-        for call in ex.before:
-            d = gw.invoke(call.tool, resolve(call.args, earlier) if earlier else call.args)
-            earlier.append(d.answer.to_dict() if d.answer is not None else None)
-        try:
-            args = resolve(ex.args, earlier)
-        except LookupError as exc:
-            raise WorldFailed(f"world '{world.id}': {tool}: {exc}", f"tools.{tool}.examples") from None
-        before = gw.final_state()
+        args = resolve(ex.args, earlier)
+    except LookupError as exc:
+        raise WorldFailed(f"world '{world.id}': {tool}: {exc}", f"tools.{tool}.examples") from None
+    before = gw.final_state()
+    lost = gw.invoke(tool, args, key)
+    if lost.transport != "dropped":
+        raise WorldFailed(f"world '{world.id}': {tool}: the lost answer was not lost ({lost.transport})")
+    return _Lost(args, before, gw.final_state(), _answer(trace, lost.inv, "server_answer"))
+
+
+def _reissue(gw: Gateway, trace: Trace, tool: str, lost: _Lost, key: str | None) -> _Reissued:
+    again = gw.invoke(tool, lost.args, key)
+    changes = snapshot.diff(lost.mid, gw.final_state())
+    delivered = again.answer.to_dict() if again.answer is not None else None
+    return _Reissued(_answer(trace, again.inv, "server_answer"), gw._normal(delivered) if delivered else None,
+                     changes)
+
+
+def _verified(gw: Gateway, tool: str, overlay: ToolOverlay, lost: _Lost) -> bool | None:
+    """The verify treatment's check: the identity where there is one, else did the state change since the call."""
+    return gw.verify(tool, lost.args) if overlay.identity is not None else bool(lost.effect)
+
+
+def _outcome(world: ExternalWorld, overlay: ToolOverlay, treatment: str, lost: _Lost, done: _Reissued | None,
+             after: dict[str, Any], verified: bool | None = None) -> Outcome:
+    reissue = done.reissue if done is not None else None
+    changes = done.changes if done is not None else {}
+    realized = (snapshot.realized(overlay.identity, lost.before, after, lost.args)
+                if overlay.identity is not None else None)
+    failure = failure_signal(reissue, lost.first, world.answers.failure)
+    cls, signal = classify(realized, bool(lost.effect), bool(changes), reissue, failure,
+                           failure_signal(lost.first, None, world.answers.failure))
+    return Outcome(treatment, cls, realized, lost.first, reissue, done.delivered if done is not None else None,
+                   changes, verified, signal, lost.effect)
+
+
+def _run_example(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Example, treatment: str,
+                 close: Closer = _now) -> Outcome:
+    """One treatment of one example on a server and folder of its own."""
+    gw, trace = _open(world, tool, ex, treatment == "key")
+    try:
         key = KEY if treatment == "key" else None
-        lost = gw.invoke(tool, args, key)
-        if lost.transport != "dropped":
-            raise WorldFailed(f"world '{world.id}': {tool}: the lost answer was not lost ({lost.transport})")
-        first = _answer(trace, lost.inv, "server_answer")
-        mid = gw.final_state()
-        effect = snapshot.diff(before, mid)
-        verified = None
-        reissue_inv = None
-        if treatment == "verify":  # the identity where there is one, else: did the state change since the call
-            verified = gw.verify(tool, args) if overlay.identity is not None else bool(effect)
-        changes: dict[str, Any] = {}
-        delivered = None
-        if not verified:
-            again = gw.invoke(tool, args, key)
-            reissue_inv = again.inv
-            changes = snapshot.diff(mid, gw.final_state())
-            delivered = again.answer.to_dict() if again.answer is not None else None
+        lost = _lose(gw, trace, tool, ex, key)
+        verified = _verified(gw, tool, overlay, lost) if treatment == "verify" else None
+        done = _reissue(gw, trace, tool, lost, key) if not verified else None
         after = gw.final_state()
-        reissue = _answer(trace, reissue_inv, "server_answer") if reissue_inv else None
-        realized = (snapshot.realized(overlay.identity, before, after, args)
-                    if overlay.identity is not None else None)
     finally:
-        gw.close()
-    failure = failure_signal(reissue, first, world.answers.failure)
-    cls, signal = classify(realized, bool(effect), bool(changes), reissue, failure,
-                           failure_signal(first, None, world.answers.failure))
-    return Outcome(treatment, cls, realized, first, reissue, gw._normal(delivered) if delivered else None, changes,
-                   verified, signal, effect)
+        close(gw.close)
+    return _outcome(world, overlay, treatment, lost, done, after, verified)
+
+
+def _run_shared(world: ExternalWorld, tool: str, overlay: ToolOverlay, ex: Example,
+                treatments: tuple[str, ...], close: Closer = _now) -> list[Outcome]:
+    """Every treatment of one example from one server and folder: after the lost call, the keyed re-issue (the
+    gateway answers it from its record; it never reaches the server), the verify treatment's check (a probe read),
+    then the bare re-issue, which is also the verify treatment's where its check found no effect. A server that
+    answers the same calls the same way gives what one server per treatment gives (`shared=False`), for a third
+    of the starts."""
+    gw, trace = _open(world, tool, ex, "key" in treatments)
+    out: dict[str, Outcome] = {}
+    try:
+        lost = _lose(gw, trace, tool, ex, KEY if "key" in treatments else None)
+        if "key" in treatments:
+            keyed = _reissue(gw, trace, tool, lost, KEY)
+            out["key"] = _outcome(world, overlay, "key", lost, keyed, gw.final_state())
+        verified = _verified(gw, tool, overlay, lost) if "verify" in treatments else None
+        if verified:
+            out["verify"] = _outcome(world, overlay, "verify", lost, None, gw.final_state(), verified)
+        if "bare" in treatments or ("verify" in treatments and not verified):
+            bare = _reissue(gw, trace, tool, lost, None)
+            after = gw.final_state()
+            out["bare"] = _outcome(world, overlay, "bare", lost, bare, after)
+            if "verify" in treatments and not verified:
+                out["verify"] = _outcome(world, overlay, "verify", lost, bare, after, verified)
+    finally:
+        close(gw.close)
+    return [out[t] for t in treatments]
 
 
 def _changed(o: Outcome) -> bool:
@@ -176,9 +259,26 @@ def undeclared(annotations: dict[str, Any], bare: Outcome | None) -> tuple[str, 
     return tuple(h for h in MEASURED_HINTS if h not in annotations)
 
 
+def _treated(world: ExternalWorld, name: str, i: int, ex: Example, treatments: tuple[str, ...], shared: bool,
+             progress: Callable[[str], None] | None, close: Closer) -> list[Outcome]:
+    """One example's outcomes under each treatment."""
+    overlay = world.tools[name]
+    if shared:
+        if progress is not None:
+            progress(f"{name} #{i + 1} {', '.join(treatments)}")
+        return _run_shared(world, name, overlay, ex, treatments, close)
+    outcomes = []
+    for t in treatments:
+        if progress is not None:
+            progress(f"{name} #{i + 1} {t}")
+        outcomes.append(_run_example(world, name, overlay, ex, t, close))
+    return outcomes
+
+
 def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
-            progress: Callable[[str], None] | None = None) -> Scorecard:
-    """The scorecard of `world`'s server: every example of every tool under each treatment."""
+            progress: Callable[[str], None] | None = None, shared: bool = False) -> Scorecard:
+    """The scorecard of `world`'s server: every example of every tool under each treatment, each on a server of
+    its own, or (`shared`) all of an example's treatments from one server (`_run_shared`)."""
     probe = Gateway(world, Trace())
     probe.open()
     try:
@@ -188,25 +288,28 @@ def measure(world: ExternalWorld, treatments: tuple[str, ...] = TREATMENTS,
         info, protocol = dict(srv.server_info), srv.protocol
     finally:
         probe.close()
-    cards = []
+    cards: list[ToolCard] = []
     untested = []
-    for name in sorted(world.tools):  # every tool with an example (a read's is measured too); a write without one
-        overlay = world.tools[name]  # is listed as not measured
-        if not overlay.examples:
-            if overlay.is_write:
+    closed: list[Future[None]] = []
+    # a measured server is stopped and its folder removed on a thread of its own while the next one starts (a
+    # server may take half a second to exit); leaving this block waits for every one, and a failure is raised
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="scorecard-close") as closing:
+        def close(fn: Callable[[], None]) -> None:
+            closed.append(closing.submit(fn))
+
+        for name in sorted(world.tools):  # every tool with an example (a read's is measured too); a write without
+            overlay = world.tools[name]  # one is listed as not measured
+            if not overlay.examples and overlay.is_write:
                 untested.append(name)
-            continue
-        annotations = dict(listed.get(name, {}).get("annotations") or {})
-        for i, ex in enumerate(overlay.examples):
-            outcomes = []
-            for t in treatments:
-                if progress is not None:
-                    progress(f"{name} #{i + 1} {t}")
-                outcomes.append(_run_example(world, name, overlay, ex, t))
-            bare = next((o for o in outcomes if o.treatment == "bare"), None)
-            cards.append(ToolCard(name, i, ex.args, ex.note, annotations,
-                                  overlay.model_dump(mode="json", include={"effect", "idempotent", "destructive"}),
-                                  tuple(outcomes), contradictions(annotations, bare),
-                                  undeclared(annotations, bare)))
+            annotations = dict(listed.get(name, {}).get("annotations") or {})
+            for i, ex in enumerate(overlay.examples):
+                outcomes = _treated(world, name, i, ex, treatments, shared, progress, close)
+                bare = next((o for o in outcomes if o.treatment == "bare"), None)
+                cards.append(ToolCard(name, i, ex.args, ex.note, annotations,
+                                      overlay.model_dump(mode="json", include={"effect", "idempotent", "destructive"}),
+                                      tuple(outcomes), contradictions(annotations, bare),
+                                      undeclared(annotations, bare)))
+    for f in closed:
+        f.result()
     return Scorecard(world.id, world.server.package, world.server.version, info, protocol, tuple(cards),
                      tuple(untested), installed_version(world), tuple(world.answers.failure))
