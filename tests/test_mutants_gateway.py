@@ -450,6 +450,18 @@ def test_paths_are_the_episodes_folder_for_the_server_and_workspace_for_the_agen
     assert [d["answer"] for k, d in evs if k in ("server_answer", "delivered")] == [_answer("/workspace/d")] * 2
     assert r.gw.status("inv-8")["answer"] == _answer("/workspace/d")
     assert r.gw.invoke("echo", {"text": f"{root}x/e {root}-old"}).answer == _text(f"{root}x/e {root}-old")
+    r.gw.invoke("append", {"text": {"/workspace/k": "/workspace/v", "/workspaces": 1}})  # an object's keys too
+    assert r.notes().splitlines()[-1] == f"{{'{root}/k': '{root}/v', '/workspaces': 1}}"
+
+
+def test_a_path_that_is_an_objects_key_in_an_answer_is_shown_as_workspace() -> None:
+    """jupyter-editor-mcp answers `{"results": {"<real path>": true}}`: the card and the atlas's evidence held the
+    scratch folder's name, different at each run, until keys were mapped too."""
+    from aft_bench.runtime.gateway import _map
+    real = "/tmp/aft-x/w1"
+    answer = {"results": {f"{real}/a.ipynb": True, f"{real}x/b": [f"{real}"]}, real: {"n": 1}}
+    assert _map(answer, real, "/workspace") == {"results": {"/workspace/a.ipynb": True, f"{real}x/b": ["/workspace"]},
+                                               "/workspace": {"n": 1}}
 
 
 # -- what a broken world says -------------------------------------------------------------------------------------

@@ -332,14 +332,15 @@ class Gateway:
 
 
 def _map(value: Any, old: str, new: str) -> Any:
-    """Every string in a JSON-shaped value with the path `old` replaced by `new` where it is a whole path or a
-    path's first part (`/workspace`, `/workspace/a`; never `/workspaces/a` or `/workspace2`)."""
+    """Every string in a JSON-shaped value, an object's keys too (a server may answer `{path: result}`), with the
+    path `old` replaced by `new` where it is a whole path or a path's first part (`/workspace`, `/workspace/a`;
+    never `/workspaces/a` or `/workspace2`)."""
     if isinstance(value, str):
         return _path_of(old).sub(lambda _: new, value) if old in value else value
     if isinstance(value, (list, tuple)):
         return [_map(v, old, new) for v in value]
     if isinstance(value, dict):
-        return {k: _map(v, old, new) for k, v in value.items()}
+        return {_map(k, old, new): _map(v, old, new) for k, v in value.items()}
     return value
 
 
