@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve install atlas atlas-install atlas-slice
+.PHONY: reproduce test gate calibrate smoke bench mutants llm-smoke clean docs docs-serve install atlas atlas-install atlas-slice interop-retries
 
 ## atlas: the shipped atlas (atlases/mcp.toml): every release installed from its lock into .atlas/ (atlas-install),
 ## then measured into results/atlas; a rerun measures only what is missing. atlas-slice: two servers, for CI
@@ -163,6 +163,12 @@ llm-smoke: $(STAMP) .venv-llm/.installed
 
 interop: .venv-interop/.installed
 	.venv-interop/bin/python interop/run.py
+
+## interop-retries: who re-sends a call whose answer was lost (issue 52): openai-agents with retries off and on,
+## pydantic-ai and the MCP SDK client, on mcp-server-git; exits 1 unless openai-agents told to retry twice re-sends
+## the lost commit exactly twice, and never with retries off (interop/retries.py; ~3 min)
+interop-retries: .venv-interop/.installed
+	.venv-interop/bin/python interop/retries.py --check
 
 ## mutants: mutation testing (mutmut, configured in pyproject.toml) of the judge and the fault/guard core
 mutants: $(STAMP)

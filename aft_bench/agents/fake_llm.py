@@ -460,7 +460,8 @@ _LOG_LOCK = threading.Lock()
 
 
 def _log(body: bytes, reply: dict[str, Any]) -> None:
-    """Append one exchange to $AFT_FAKE_LLM_LOG, if set (what a framework sent, and the answer)."""
+    """Append one exchange to $AFT_FAKE_LLM_LOG, if set (what a framework sent, and the answer), with the machine's
+    monotonic clock when it was answered (`t`), which a served episode's wire log shares (analysis/reissues.py)."""
     path = os.environ.get("AFT_FAKE_LLM_LOG")
     if not path:
         return
@@ -469,7 +470,7 @@ def _log(body: bytes, reply: dict[str, Any]) -> None:
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: logged as text
         request = body.decode(errors="replace")
     with _LOG_LOCK, open(path, "a", encoding="utf-8") as f:
-        f.write(redact_json(canonical_json({"request": request, "reply": reply})) + "\n")
+        f.write(redact_json(canonical_json({"request": request, "reply": reply, "t": time.monotonic()})) + "\n")
 
 
 def _without_guards(call: Call) -> Call:

@@ -10,7 +10,7 @@ from typing import Any
 from aft_bench.common.canonical import digest
 from aft_bench.common.errors import InputError, OutputError
 from aft_bench.common.files import read_json, write_atomic
-from aft_bench.common.secrets import redacted_dumps
+from aft_bench.common.secrets import json_text, redacted_dumps
 from aft_bench.episode.row import write_parquet
 from aft_bench.experiment.journal import Journal
 from aft_bench.experiment.provenance import code_version, package_versions
@@ -79,6 +79,15 @@ class ServedDirectory:
                                  "code_version": code_version()["version"], "session": self.session})
             self._write_manifest([r["run_id"] for r in self.journal.rows])
             write_parquet(self.journal.rows, self.out / "results.parquet")
+        except OSError as exc:
+            raise OutputError(self.out, exc) from None
+
+    def record_wire(self, run_id: str, calls: list[dict[str, Any]]) -> None:
+        """The episode's tools/call requests as they arrived (`wire/<run_id>.jsonl`), written before its row."""
+        try:
+            (self.out / "wire").mkdir(exist_ok=True)
+            write_atomic(self.out / "wire" / f"{run_id}.jsonl", "".join(json_text(c, indent=None) for c in calls),
+                         redacted=True)
         except OSError as exc:
             raise OutputError(self.out, exc) from None
 

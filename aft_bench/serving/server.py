@@ -175,6 +175,9 @@ class Served:
         self.outsiders = 0  # requests of other sessions, refused
         self.owner_ended = False
         self.output_error: OutputError | None = None  # a write that failed where no one could be told at once
+        # every tools/call as it arrived, with the machine's monotonic clock: who re-issued a call is read from it
+        # beside the model's turns (analysis/reissues.py); kept beside the row as wire/<run_id>.jsonl
+        self.wire: list[dict[str, Any]] = []
 
     # -- the episode --------------------------------------------------------------------------------------
     def prepare_world(self) -> None:
@@ -285,6 +288,7 @@ class Served:
         if not stopping and (self.record_at == "stop" or self.calls == 0):
             return
         assert self.built is not None and self.directory is not None
+        self.directory.record_wire(self.built["run_id"], self.wire)
         try:
             self.directory.record(self.built)
         finally:  # journaled, it stands, even when results.parquet then could not be written: never record it twice
@@ -307,6 +311,10 @@ class Served:
                     pass
             if self.directory is not None and self.run_id is not None:
                 self.directory.quarantine(self.run_id)
+                try:  # who re-issued what is most wanted where a client gave up after a lost answer
+                    self.directory.record_wire(self.run_id, self.wire)
+                except OutputError:
+                    pass
         try:  # said after the trace is safe: the reader of stderr may be gone (serve-matrix killed)
             print(f"aft-bench: episode abandoned: {why}; nothing recorded, its partial trace is in quarantine/",
                   file=sys.stderr, flush=True)
@@ -384,6 +392,9 @@ class Served:
 
     async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool] | object:
         """One client tool call: (text, structured content, is_error), or WITHHELD (send no response)."""
+        inner = args.get("name") if name == FACADE.name and self.facade and isinstance(args.get("name"), str) else None
+        self.wire.append({"n": len(self.wire), "t": time.monotonic(), "tool": inner or name,
+                          "args": args.get("arguments") if inner else args})
         if self.episode is None or self.episode.done() or self.agent is None:  # the session is over
             return "ERROR episode_ended: this episode has ended; start the server again for another", None, True
         size = len(json.dumps(args, default=str))

@@ -9,12 +9,18 @@ machine. MCP: `MCPServerStreamableHttp` at $AFT_BENCH_MCP_URL with the SDK's def
 The only stop setting: `tool_use_behavior=StopAtTools(stop_at_tool_names=["report_outcome"])`, which makes the
 run end with the report's tool result as its final output, without another model turn.
 
+Retries (issue 52): `--max-retry-attempts N` (the SDK's `max_retry_attempts`, default 0: the SDK re-sends a
+tools/call that raised, a timeout included, up to N times, with no model turn between), `--timeout S` (its
+`client_session_timeout_seconds`, default 5: how long a call waits for its answer) and `--backoff S` (its
+`retry_backoff_seconds_base`, default 1.0). Left out, the SDK's defaults apply.
+
 Exit status: 0 when the run ended (whatever the episode's outcome), 1 when the framework raised instead (the
 error is printed on stderr, one line: the episode is recorded by the server either way).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -38,11 +44,25 @@ def prompt_items(prompt: Any) -> list[dict[str, Any]]:
     return items
 
 
-async def main() -> int:
+def mcp_settings(argv: list[str]) -> dict[str, Any]:
+    """The MCP server's retry and timeout settings given on the command line (none given: the SDK's defaults)."""
+    ap = argparse.ArgumentParser(description="one served episode played by openai-agents")
+    ap.add_argument("--max-retry-attempts", type=int)
+    ap.add_argument("--timeout", type=float)
+    ap.add_argument("--backoff", type=float)
+    a = ap.parse_args(argv)
+    given = {"max_retry_attempts": a.max_retry_attempts, "client_session_timeout_seconds": a.timeout,
+             "retry_backoff_seconds_base": a.backoff}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+async def main(argv: list[str]) -> int:
+    settings = mcp_settings(argv)
     set_tracing_disabled(True)
     client = AsyncOpenAI(base_url=os.environ["AFT_INTEROP_MODEL_BASE"], api_key="no-key", max_retries=2)
     model = OpenAIChatCompletionsModel(model=MODEL, openai_client=client)
-    async with MCPServerStreamableHttp(params={"url": os.environ["AFT_BENCH_MCP_URL"]}, name="aft-bench") as server:
+    async with MCPServerStreamableHttp(params={"url": os.environ["AFT_BENCH_MCP_URL"]}, name="aft-bench",
+                                       **settings) as server:
         prompt = await server.get_prompt("task")
         agent = Agent(name="aft-interop", instructions="You operate tools against a live system for a user.",
                       model=model, mcp_servers=[server],
@@ -57,4 +77,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(main(sys.argv[1:])))

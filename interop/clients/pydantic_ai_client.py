@@ -48,11 +48,20 @@ async def main() -> int:
     ap.add_argument("--no-cache-tools", action="store_true",
                     help="diagnostic only (not what interop/run.py plays): MCPToolset(cache_tools=False), the tool "
                     "list fetched for every model turn")
+    ap.add_argument("--max-retries", type=int, help="MCPToolset(max_retries=N): how often a tool whose call failed "
+                    "(a timeout included) is offered back to the model (pydantic-ai re-sends nothing itself)")
+    ap.add_argument("--read-timeout", type=float, help="MCPToolset(read_timeout=S): how long a call waits for its "
+                    "answer (default 300 s)")
     opts = ap.parse_args()
     end = opts.end
     provider = OpenAIProvider(base_url=os.environ["AFT_INTEROP_MODEL_BASE"], api_key="no-key")
     model = OpenAIChatModel(MODEL, provider=provider)
-    mcp = MCPToolset(os.environ["AFT_BENCH_MCP_URL"], **({"cache_tools": False} if opts.no_cache_tools else {}))
+    settings: dict[str, Any] = {"cache_tools": False} if opts.no_cache_tools else {}
+    if opts.max_retries is not None:
+        settings["max_retries"] = opts.max_retries
+    if opts.read_timeout is not None:
+        settings["read_timeout"] = opts.read_timeout
+    mcp = MCPToolset(os.environ["AFT_BENCH_MCP_URL"], **settings)
 
     async def report_outcome(ctx: RunContext[None], action: Literal["finish", "abort", "refuse", "escalate"],
                              claim: Literal["success", "failure", "unknown"], evidence: str = "") -> str:

@@ -8,12 +8,17 @@ refusal (as a frozen-list client answers). So under selective discovery served a
 (`--discovery-form dynamic`) the business tools a describe_tool call reveals stay out of reach; served as a
 stable `call_tool(name, arguments)` meta-tool (`--discovery-form facade`), the one listing is all it needs.
 
+`--read-timeout S` (issue 52): each tools/call waits S seconds for its answer (`call_tool(read_timeout_seconds=S)`;
+the SDK's own default waits as long as the transport does) and a call that fails, a timeout included, is shown to
+the model as `Error: <what the SDK raised>`. The SDK never re-sends a call itself.
+
 The loop ends when the model answers in text (the offline model does once its report_outcome call has been
 answered) or after $AFT_INTEROP_MAX_TURNS model turns. Exit status: 0 when the loop ended, 1 on an error.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -35,7 +40,10 @@ def result_text(result: Any) -> str:
     return json.dumps(result.structured_content, sort_keys=True) if result.structured_content is not None else ""
 
 
-async def main() -> int:
+async def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="one served episode played by the MCP SDK's client")
+    ap.add_argument("--read-timeout", type=float)
+    opts = ap.parse_args(argv)
     base = os.environ["AFT_INTEROP_MODEL_BASE"].rstrip("/")
     async with Client(os.environ["AFT_BENCH_MCP_URL"]) as client, httpx.AsyncClient(timeout=60.0) as http:
         listed = (await client.list_tools()).tools  # the one listing
@@ -64,7 +72,13 @@ async def main() -> int:
                         args = json.loads(fn.get("arguments") or "{}")
                     except ValueError:
                         args = None
-                    if isinstance(args, dict):
+                    if isinstance(args, dict) and opts.read_timeout is not None:
+                        try:
+                            text = result_text(await client.call_tool(fn["name"], args,
+                                                                      read_timeout_seconds=opts.read_timeout))
+                        except Exception as exc:  # noqa: BLE001 - a failed call is shown to the model, as a host does
+                            text = f"Error: {type(exc).__name__}: {exc}"
+                    elif isinstance(args, dict):
                         text = result_text(await client.call_tool(fn["name"], args))
                     else:
                         text = "Invalid arguments: not a JSON object"
@@ -74,4 +88,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(main(sys.argv[1:])))
