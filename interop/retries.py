@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,10 @@ def main() -> int:
     os.chdir(ROOT)
     port = free_port()
     model_log = out / "fake-llm.jsonl"
-    fake = subprocess.Popen([exe, "fake-llm", "--port", str(port)], stdout=subprocess.DEVNULL,
+    config = Path(a.config).resolve()
+    own = tomllib.loads(config.read_text(encoding="utf-8")).get("experiment", {}).get("worlds", [])
+    extra = [arg for d in own for arg in ("--extra-worlds", str(config.parent / d))]  # the model knows their tasks
+    fake = subprocess.Popen([exe, "fake-llm", "--port", str(port), *extra], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "AFT_FAKE_LLM_LOG": str(model_log)})
     report: dict[str, Any] = {}
     try:
@@ -132,7 +136,7 @@ def main() -> int:
         env = {**os.environ, "AFT_INTEROP_MODEL_BASE": f"http://127.0.0.1:{port}/v1", "AFT_INTEROP_MODEL": MODEL}
         for name in a.settings.split(","):
             s = SETTINGS[name]
-            rc, seconds = play(exe, s, Path(a.config).resolve(), out / name, env, a.python)
+            rc, seconds = play(exe, s, config, out / name, env, a.python)
             report[name] = {"retries": s.retries, "serve_matrix_exit": rc, "seconds": round(seconds, 1)}
             print(f"retries: {name}: serve-matrix exit {rc}, {seconds:.1f} s", flush=True)
     finally:

@@ -230,3 +230,41 @@ def test_a_refused_report_is_not_the_end(model: FakeModel, answer: str) -> None:
 def test_before_any_report_every_reply_is_a_tool_call(model: FakeModel) -> None:
     for messages in _lost_then_ok():
         assert _reply(model, messages)["finish_reason"] == "tool_calls"
+
+
+def test_the_command_knows_the_tasks_of_a_configs_own_worlds_only_when_given_them(tmp_path) -> None:
+    """`fake-llm --extra-worlds DIR` (a config's own worlds, interop/retries.py's sqlite task): the task's first call;
+    without the folder the same prompt is a task it does not know (escalated); a folder that is not one is bad
+    input, named, exit 2."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    exe = [sys.executable, "-m", "aft_bench.cli"]
+    prompt = ("Task id: insert_note\nTask: In the notes database, add a note whose body is 'hello' to the notes "
+              "table.\nInputs: {}\n")
+    query = _fn("write_query", {"query": STR}, ("query",))
+    for extra, want in ((["--extra-worlds", str(root / "interop" / "retries" / "worlds")],
+                         ("write_query", {"query": "INSERT INTO notes (body) VALUES ('hello')"})),
+                        ([], ("report_outcome", {"action": "escalate", "claim": "unknown",
+                                                 "evidence": "from the tool results above"}))):
+        proc = subprocess.Popen([*exe, "fake-llm", "--port", "0", "--worlds", str(WORLDS), *extra],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=root)
+        try:
+            assert proc.stdout is not None
+            port = re.search(r"127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1)  # type: ignore[union-attr]
+            body = json.dumps({"model": "fake-capability", "messages": [{"role": "user", "content": prompt}],
+                               "tools": [query, REPORT_TOOL]}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                call = json.loads(r.read())["choices"][0]["message"]["tool_calls"][0]["function"]
+            assert (call["name"], json.loads(call["arguments"])) == want
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    bad = subprocess.run([*exe, "fake-llm", "--extra-worlds", str(tmp_path / "none")], capture_output=True,
+                         text=True, timeout=60, cwd=root)
+    assert bad.returncode == 2 and "--extra-worlds" in bad.stderr and str(tmp_path / "none") in bad.stderr

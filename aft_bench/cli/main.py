@@ -263,7 +263,8 @@ def cmd_fake_llm(args: argparse.Namespace) -> int:
     kinds = tuple(args.failures.split(",")) if args.failures else FAILURES
     if bad := [k for k in kinds if k not in FAILURES]:
         raise InputError("--failures", "--failures", bad[0], f"unknown failure; known: {', '.join(FAILURES)}")
-    model = FakeModel(index_tasks([_worlds_dir(args.worlds)]), args.failure_rate, kinds, args.latency, args.seed,
+    dirs = [_worlds_dir(args.worlds), *(input_dir(Path(d), "--extra-worlds") for d in args.extra_worlds)]
+    model = FakeModel(index_tasks(dirs), args.failure_rate, kinds, args.latency, args.seed,
                       policy=args.policy)
     server = serve(model, args.host, args.port)
     print(f"fake model on http://{args.host}:{server.server_port}/v1 (model names fake-<policy>: "
@@ -427,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     fk.add_argument("--latency", type=number(0, 3600), default=0.0, help="seconds before every reply")
     fk.add_argument("--seed", type=SEED, default=0)
     fk.add_argument("--worlds", help="worlds directory whose tasks the model knows (default: ./worlds)")
+    fk.add_argument("--extra-worlds", action="append", default=[], metavar="DIR",
+                    help="another worlds folder whose tasks it knows too (a config's own worlds); repeatable")
     fk.set_defaults(func=cmd_fake_llm)
     return p
 
