@@ -62,8 +62,8 @@ def test_with_retries_off_every_repeat_is_the_models_and_none_the_frameworks() -
     assert [(c.by, c.call_id, c.repeats) for c in calls] == [("model", "call_1", None), ("model", "call_2", 0),
                                                              ("model", "call_3", 1)]
     s = summary(calls, log)
-    assert (s["framework_reissues"], s["model_reissues"], s["framework_identical"], s["model_told"]) == (0, 2, None,
-                                                                                                         {})
+    assert (s["framework_reissues"], s["model_reissues"], s["framework_identical"]) == (0, 2, None)
+    assert s["model_told"] == {"call_1": "Error: timed out", "call_2": None}  # call_2's result was never shown
     assert told(log, "call_1") == "Error: timed out" and told(log, "call_9") is None
 
 
@@ -120,3 +120,15 @@ def test_each_tuple_reads_only_its_own_share_of_a_model_log_tuples_wrote_togethe
     assert [c.by for c in attribute(wires[1], model_calls(got[1]))] == ["model", "model"]
     assert [c.by for c in attribute(wires[0], model_calls(got[0]))] == ["model", "framework"]
     assert [c.by for c in attribute(wires[0], model_calls(first + second))] == ["model", "model"]  # unshared: wrong
+
+
+def test_what_the_model_was_shown_is_read_after_the_call_was_sent_never_from_a_neighbour_tuple() -> None:
+    """A client that ends on a text turn sends one more request holding every tool result of its tuple; in the
+    next tuple's share it would be taken for that tuple's call of the same id, which came later."""
+    before = _shown(5.0, "call_2", "the previous tuple's answer")
+    log = [before, _reply(6.0, "call_1", "w", {}), _reply(9.0, "call_2", "w", {}),
+           _shown(11.5, "call_2", "TIMEOUT"), _reply(11.6, "call_3", "w", {})]
+    wire = _wire((6.1, "w", {}), (9.1, "w", {}), (11.7, "w", {}))
+    s = summary(attribute(wire, model_calls(log)), log)
+    assert s["model_told"] == {"call_1": None, "call_2": "TIMEOUT"}
+    assert told(log, "call_2") == "the previous tuple's answer" and told(log, "call_2", 9.1) == "TIMEOUT"

@@ -57,9 +57,10 @@ def model_calls(log: Iterable[dict[str, Any]]) -> list[ModelCall]:
     return sorted(out, key=lambda m: m.t)
 
 
-def told(log: Iterable[dict[str, Any]], call_id: str) -> str | None:
-    """What the model was first shown as the result of its call `call_id` (None: never shown)."""
-    for rec in sorted(log, key=lambda r: float(r.get("t", 0.0))):
+def told(log: Iterable[dict[str, Any]], call_id: str, since: float = float("-inf")) -> str | None:
+    """What the model was first shown, after `since` (when the call was sent), as the result of its call `call_id`
+    (None: never shown). `since` keeps a neighbour tuple's call of the same id (ids start again per tuple) out."""
+    for rec in sorted((r for r in log if float(r.get("t", 0.0)) > since), key=lambda r: float(r.get("t", 0.0))):
         request = rec.get("request")
         for m in (request.get("messages") or []) if isinstance(request, dict) else []:
             if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
@@ -141,13 +142,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def summary(calls: list[WireCall], log: list[dict[str, Any]]) -> dict[str, Any]:
     """A tuple's re-issues: how many by the framework and by the model, after how long, with the same arguments,
-    the state changes the framework's caused, and what the model was shown for each call the framework re-sent."""
+    the state changes the framework's caused, and what the model was shown for each call that was sent again (the
+    framework's re-send answered, or the timeout that made the model ask again; None: it was shown nothing)."""
     framework = [c for c in calls if c.by == "framework"]
     model = [c for c in calls if c.by == "model" and c.repeats is not None]
-    resent = sorted({c.call_id for c in framework if c.call_id is not None})
+    by_n = {c.n: c for c in calls}
+    repeated = {by_n[c.repeats].call_id for c in model if c.repeats in by_n}  # what the model saw before asking again
+    resent = sorted({c.call_id for c in framework} | repeated - {None})
     return {"wire_calls": len(calls), "framework_reissues": len(framework), "model_reissues": len(model),
             "framework_after_s": [c.after_s for c in framework],
             "framework_identical": all(c.identical for c in framework) if framework else None,
             "framework_changes": sum(1 for c in framework if c.changed),
-            "model_told": {cid: told(log, cid) for cid in resent},
+            "model_told": {cid: told(log, cid, min(c.t for c in calls if c.call_id == cid)) for cid in resent},
             "calls": [asdict(c) for c in calls]}
