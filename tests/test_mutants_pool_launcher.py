@@ -734,6 +734,7 @@ def test_a_launcher_whose_interpreter_cannot_make_pidfds_knows_its_servers_by_pi
     try:
         proc = _spawn(l, tmp_path)
         assert proc.stdin is not None and proc.stdout is not None
+        assert (proc.stdin.mode, proc.stdout.mode) == ("wb", "rb")  # the stdio client reads bytes to its b"" end
         proc.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "initialize"}\n')
         proc.stdin.flush()
         assert json.loads(proc.stdout.readline())["result"]["serverInfo"] == {"name": "witness", "version": "1"}

@@ -99,6 +99,11 @@ def test_a_lost_response_then_a_retry_is_labelled_as_the_same_calls_through_the_
     expected = _harness_labels(LOST, calls, end)
     assert {k: (None if pd.isna(row[k]) else row[k]) for k in expected} == expected
     assert row["duplicate_effects"] == 1 and row["outcome"] == "unsafely_committed"
+    # the wire log beside the row (issue 52): every tools/call as it arrived, in order, on the monotonic clock
+    wire = [json.loads(ln) for ln in (tmp_path / "out" / "wire" / f"{row['run_id']}.jsonl").read_text().splitlines()]
+    assert [(w["n"], w["tool"], w["args"]) for w in wire] == [(0, "charge_payment", CHARGE), (1, "charge_payment", {
+        **CHARGE, "note": "retry"}), (2, "report_outcome", end)]
+    assert wire[0]["t"] <= wire[1]["t"] <= wire[2]["t"] <= time.monotonic()
 
 
 def test_annotations_are_truthful_where_effects_are_known_and_absent_under_legacy(tmp_path: Path) -> None:
@@ -152,6 +157,10 @@ def test_malformed_requests_are_mcp_errors_recorded_in_the_trace(tmp_path: Path)
     assert row["invalid_tool_calls"] == 4
     gone = asyncio.run(served.call("charge_payment", CHARGE))  # the session is over: nothing reaches the world
     assert gone[2] and "episode_ended" in gone[0]
+    # the wire log holds every call as sent, the oversized one only by its size
+    wire = [json.loads(ln) for ln in (tmp_path / "out" / "wire" / f"{row['run_id']}.jsonl").read_text().splitlines()]
+    assert [w["tool"] for w in wire] == [c[0] for c in calls] + ["report_outcome"] + [c[0] for c in after]
+    assert wire[2]["args"] == {"chars": len(json.dumps({"note": "x" * 1_000_000}))} and wire[1]["args"] == {"order_id": 7}
 
 
 def test_served_rows_have_the_harness_schema_and_pass_the_audit(tmp_path: Path, capsys) -> None:

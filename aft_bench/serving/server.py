@@ -50,6 +50,8 @@ from aft_bench.serving.record import ServedDirectory
 from aft_bench.tasks.task import Task
 from aft_bench.tasks.workloads import load_workloads, world_for
 
+MAX_WIRE_CALLS = 10_000  # tools/call requests kept in a served episode's wire log
+
 # Structured results (the `structured` mechanism) as MCP output schema: the interface's result envelope.
 RESULT_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["status"],
@@ -288,12 +290,15 @@ class Served:
         if not stopping and (self.record_at == "stop" or self.calls == 0):
             return
         assert self.built is not None and self.directory is not None
-        self.directory.record_wire(self.built["run_id"], self.wire)
         try:
             self.directory.record(self.built)
         finally:  # journaled, it stands, even when results.parquet then could not be written: never record it twice
             if self.directory.holds(self.built["run_id"]):
                 self.row = self.built
+        try:  # beside the row, after it: the wire log failing never costs the row
+            self.directory.record_wire(self.built["run_id"], self.wire)
+        except OutputError as exc:
+            self.output_error = self.output_error or exc
 
     async def abandon(self, why: str = "the client failed") -> None:
         """Record nothing: the client failed (serve-matrix says so, or `client_failure`); the partial trace, or the
@@ -392,12 +397,14 @@ class Served:
 
     async def call(self, name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool] | object:
         """One client tool call: (text, structured content, is_error), or WITHHELD (send no response)."""
+        size = len(json.dumps(args, default=str))
         inner = args.get("name") if name == FACADE.name and self.facade and isinstance(args.get("name"), str) else None
-        self.wire.append({"n": len(self.wire), "t": time.monotonic(), "tool": inner or name,
-                          "args": args.get("arguments") if inner else args})
+        if len(self.wire) < MAX_WIRE_CALLS:  # a client that floods the server does not flood its memory
+            self.wire.append({"n": len(self.wire), "t": time.monotonic(), "tool": inner or name,
+                              "args": ({"chars": size} if size > MAX_ARGS_CHARS else  # not the huge ones
+                                       args.get("arguments") if inner else args)})
         if self.episode is None or self.episode.done() or self.agent is None:  # the session is over
             return "ERROR episode_ended: this episode has ended; start the server again for another", None, True
-        size = len(json.dumps(args, default=str))
         if size > MAX_ARGS_CHARS:
             self.agent.reject({"kind": "mcp_rejected", "tool": name, "reason": "arguments too large", "chars": size},
                               invalid=True)
