@@ -1,6 +1,6 @@
 """What a killed command leaves (issue 48): SIGTERM of `scorecard`, `validate --live` or `init-world` while a real
-server is running stops it and removes its folders at once; after a SIGKILL, the next such command removes what the
-dead one left in the temp folder's aft-bench-scratch (its process is gone). Real server processes throughout."""
+server is running stops it and removes its folders at once; after a SIGKILL, what the dead one left is removed by
+the reaper it started, or, where that could not run, by the next such command (its process is gone). Real server processes throughout."""
 
 from __future__ import annotations
 
@@ -83,21 +83,56 @@ def test_sigterm_stops_the_server_and_removes_the_folders(command: str, sig: int
     assert not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == []
 
 
+def _reapers(folder: Path) -> list[int]:
+    """The reaper processes waiting to remove `folder` (scratch.REAPER, given the folder as its argument)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                args = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(folder).encode() in args and any(b"shutil.rmtree" in a for a in args):
+                out.append(int(d.name))
+    return out
+
+
+def test_after_a_sigkill_the_commands_reaper_removes_its_folder_and_no_server_is_left(tmp_path: Path) -> None:
+    """SIGKILL runs no exit handler: the reaper the command started, which waits for it to be gone, removes its
+    scratch folder (the server's episode folder in it) and the emptied aft-bench-scratch; the server dies with it."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    folder = _world(tmp_path)
+    proc = _start(["scorecard", str(folder), "--quiet"], tmp_path, scratch)
+    assert _wait(lambda: any(p.name.startswith("aft-slow-") for p in _folders(scratch)) and _servers(tmp_path))
+    mine = [d for d in (scratch / "aft-bench-scratch").iterdir() if d.name.startswith(f"{proc.pid}-")]
+    assert len(mine) == 1 and len(_reapers(mine[0])) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _wait(lambda: not (scratch / "aft-bench-scratch").exists(), 30)
+    assert _wait(lambda: not _servers(tmp_path) and not _reapers(mine[0]), 20)
+
+
 def test_after_a_sigkill_the_next_command_removes_what_the_dead_one_left(tmp_path: Path) -> None:
+    """Where the reaper could not do it (killed itself, here first), the next command's sweep does."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     folder = _world(tmp_path)
     proc = _start(["scorecard", str(folder), "--quiet"], tmp_path, scratch)
     assert _wait(lambda: any(p.name.startswith("aft-slow-") for p in _folders(scratch)))
+    mine = [d for d in (scratch / "aft-bench-scratch").iterdir() if d.name.startswith(f"{proc.pid}-")]
+    assert len(mine) == 1
+    for pid in _reapers(mine[0]):
+        os.kill(pid, signal.SIGKILL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     left = [p for p in _folders(scratch) if p.name.startswith("aft-slow-")]
-    assert left  # SIGKILL gives no chance to clean up
+    assert left  # SIGKILL gives no chance to clean up, and no reaper was left to
     again = _start(["init-world", "echoes", "--", sys.executable, str(ECHO)], tmp_path, scratch)
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     assert not any(p.exists() for p in left)
-    assert not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == []
+    assert _wait(lambda: not (scratch / "aft-bench-scratch").exists() or _folders(scratch) == [], 30)
     assert tempfile.gettempdir() != str(scratch)  # the test's own temp folder untouched
 
 

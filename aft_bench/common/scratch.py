@@ -1,12 +1,15 @@
 """A command's own scratch folder in the system's temp folder, for what it makes outside any run directory (a
 scorecard's or `validate --live`'s episode folders, init-world's trial folder): `aft-bench-scratch/PID-START`,
-removed at exit, and, where a SIGKILL left it, by the next command that makes one (its process is gone)."""
+removed at exit; after a SIGKILL (no exit handler runs), by a small reaper process that waits for this one to be
+gone, and failing that by the next command that makes one (its process is gone)."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,11 +41,32 @@ def scratch_dir() -> Path:
     base.mkdir(exist_ok=True)
     _sweep(base)
     mine = base / f"{os.getpid()}-{_started(os.getpid()) or 'x'}"
-    mine.mkdir(exist_ok=True)
+    mine.mkdir(parents=True, exist_ok=True)  # (another command's reaper may just have removed an empty base)
     if not _MINE:
         atexit.register(_remove)
     _MINE[:] = [mine]
+    _reap_when_gone(mine)
     return mine
+
+
+# reads this process's lifeline to its end (EOF: this process and what it forked are gone), then removes the folder,
+# and the shared aft-bench-scratch too where no other command's folder is left in it
+REAPER = ("import os, shutil, sys\nwhile os.read(int(sys.argv[1]), 1): pass\nshutil.rmtree(sys.argv[2], True)\n"
+          "try:\n    os.rmdir(os.path.dirname(sys.argv[2]))\nexcept OSError:\n    pass")
+
+
+def _reap_when_gone(folder: Path) -> None:
+    """Start the process that removes `folder` once this one is gone, however it ended (a SIGKILL runs no exit
+    handler); in a session of its own, so a signal to this process's group does not end it first."""
+    from aft_bench.common.lifetime import lifeline
+
+    fd = lifeline()
+    try:
+        subprocess.Popen([sys.executable, "-I", "-c", REAPER, str(fd), str(folder)], pass_fds=[fd], cwd="/",
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    except OSError:
+        pass  # the next command's sweep still removes it
 
 
 def hold_multiprocessing_temp() -> None:
