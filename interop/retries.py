@@ -87,10 +87,10 @@ def tuples(outs: dict[str, Path], log: list[dict[str, Any]]) -> dict[str, list[d
                 found.append((name, out, path.stem, wire, rows.get(path.stem)))
     result: dict[str, list[dict[str, Any]]] = {name: [] for name in outs}
     for (name, out, run_id, wire, row), mine in zip(found, shares([f[3] for f in found], log)):
-        trace = out / "traces" / f"{run_id}.jsonl"
-        changed = changes_by_wire(wire, trace) if trace.exists() else {}
+        trace = _trace_of(out, run_id)
+        changed = changes_by_wire(wire, trace) if trace is not None else {}
         s = summary(attribute(wire, model_calls(mine), changed), mine)
-        result[name].append({"run_id": run_id, "fault": row.get("fault") if row else _fault_of(out, run_id),
+        result[name].append({"run_id": run_id, "fault": row.get("fault") if row else _fault_of(trace),
                              "condition": row.get("condition") if row else None,
                              "workload": row.get("workload") if row else None,
                              "task_id": row.get("task_id") if row else None,
@@ -99,14 +99,19 @@ def tuples(outs: dict[str, Path], log: list[dict[str, Any]]) -> dict[str, list[d
     return result
 
 
-def _fault_of(out: Path, run_id: str) -> str | None:
-    """An abandoned tuple's fault, from the serve-matrix log's pending list (None: not found)."""
-    pending = out / "pending.json"
-    if pending.exists():
-        for p in json.loads(pending.read_text()):
-            if isinstance(p, dict) and p.get("run_id") == run_id:
-                return p.get("fault")
-    return None
+def _trace_of(out: Path, run_id: str) -> Path | None:
+    """A tuple's trace: beside its row, or, for a tuple its client abandoned, in quarantine/ (None: not found)."""
+    found = [out / "traces" / f"{run_id}.jsonl", *sorted(out.glob(f"quarantine/*/traces/{run_id}.jsonl"))]
+    return next((t for t in found if t.exists()), None)
+
+
+def _fault_of(trace: Path | None) -> str | None:
+    """An abandoned tuple's fault variant, from its trace's first event (`schedule`: workload/variant)."""
+    if trace is None:
+        return None
+    first = read_jsonl(trace)[:1]
+    schedule = str(first[0].get("data", {}).get("schedule", "")) if first else ""
+    return schedule.partition("/")[2] or None
 
 
 def main() -> int:
