@@ -104,17 +104,14 @@ def classify(realized: int | None, effect: bool, again: bool, reissue: dict[str,
 
 @dataclass(frozen=True)
 class _Lost:
-    """An example played up to its lost call: the call's arguments, the state before and after it, and the
-    server's real answer to it."""
+    """An example played up to its lost call: the call's arguments, the state before and after it, what it
+    changed there, and the server's real answer to it."""
 
     args: dict[str, Any]
     before: dict[str, Any]
     mid: dict[str, Any]
+    effect: dict[str, Any]
     first: dict[str, Any] | None
-
-    @property
-    def effect(self) -> dict[str, Any]:
-        return snapshot.diff(self.before, self.mid)
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,8 @@ def _lose(gw: Gateway, trace: Trace, tool: str, ex: Example, key: str | None) ->
     lost = gw.invoke(tool, args, key)
     if lost.transport != "dropped":
         raise WorldFailed(f"world '{world.id}': {tool}: the lost answer was not lost ({lost.transport})")
-    return _Lost(args, before, gw.final_state(), _answer(trace, lost.inv, "server_answer"))
+    mid = gw.final_state()
+    return _Lost(args, before, mid, snapshot.diff(before, mid), _answer(trace, lost.inv, "server_answer"))
 
 
 def _reissue(gw: Gateway, trace: Trace, tool: str, lost: _Lost, key: str | None) -> _Reissued:
