@@ -7,10 +7,17 @@ files; `inside()` and `regular()` refusing what a server may have planted; the e
 
 from __future__ import annotations
 
+import errno
+import gc
 import hashlib
+import locale
 import os
+import shutil
 import sqlite3
 import subprocess
+import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +226,7 @@ def test_a_command_probe_runs_in_the_resource_with_the_environment_given(tmp_pat
 def test_check_snapshot_keeps_a_canonical_copy_and_names_what_is_malformed() -> None:
     """A malformed probe output would crash the judge later, or a tuple/unsorted keys make two equal states differ."""
     good = {"records": {"c": {"k": {"v": (1, 2), "a": 2.0}}, "empty": {}}}
-    out = check_snapshot(good, "who")
+    out = check_snapshot(good)
     assert out == {"records": {"c": {"k": {"a": 2.0, "v": [1, 2]}}, "empty": {}}}
     assert list(out["records"]["c"]["k"]) == ["a", "v"] and out is not good
     assert isinstance(out["records"]["c"]["k"]["a"], float)
@@ -233,7 +240,7 @@ def test_check_snapshot_keeps_a_canonical_copy_and_names_what_is_malformed() -> 
                        "gave a value that is not canonical JSON: Out of range float values are not JSON compliant"),
                       ({"records": {"c": {"k": {"v": {1}}}}},
                        "gave a value that is not canonical JSON: Object of type set is not JSON serializable")]:
-        err = failure(check_snapshot, bad, "who")
+        err = failure(check_snapshot, bad)
         assert str(err) == said and err.field == "probe"
 
 
@@ -712,3 +719,170 @@ def test_the_folder_probe_records_a_link_to_a_folder_as_a_link(tmp_path: Path) -
     assert snap["dirs"] == {"real": {"dir": True}}
     assert snap["files"]["linkdir"] == {"symlink": "/etc"} and snap["files"]["inner"] == {"symlink": "real"}
     assert sorted(snap["files"]) == ["inner", "linkdir", "real/f.txt"]
+
+
+
+# --- what the third mutation run found (issue 49): each passed the tests before --------------------------------------
+
+@pytest.fixture
+def c_locale() -> Any:
+    """The C locale a container without locales gives (LANG unset): the default text codec is ASCII there."""
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode ignores the locale's codec")
+    old = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        assert locale.getencoding() == "ANSI_X3.4-1968"
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
+
+
+def test_the_resource_writes_and_reads_utf8_whatever_the_users_locale(tmp_path: Path, c_locale: Any) -> None:
+    """Under LANG=C a fixture file holding 'é' failed to be written, a JSON-lines state file was read with its
+    letters replaced, and a filter named in UTF-8 was not emptied (so it ran while git read)."""
+    res = Resource(world(fixture=Fixture(files={"note.txt": "café\n"})), tmp_path).make()
+    try:
+        assert (res.root / "note.txt").read_bytes() == "café\n".encode("utf-8")
+    finally:
+        res.remove()
+    (tmp_path / "s.jsonl").write_bytes('{"id": "café", "v": "ünï"}\n'.encode("utf-8"))
+    assert probe(Probe(builtin="jsonl", path="s.jsonl"), tmp_path, {}, "w") == {
+        "records": {"lines": {"café": {"id": "café", "v": "ünï"}}}}
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "config").write_bytes('[filter "café"]\n\tclean = touch /tmp/x\n'.encode("utf-8"))
+    assert _filters(repo) == ["-c", "filter.café.clean=", "-c", "filter.café.smudge=", "-c", "filter.café.process="]
+
+
+def _git_logged(tmp_path: Path, monkeypatch: Any) -> Path:
+    """`git` on PATH is a wrapper that logs each start's arguments, one line each, then runs the real git."""
+    real = shutil.which("git")
+    assert real is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "git.log"
+    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_a_plain_head_is_read_from_its_file_with_no_git_process_of_its_own(tmp_path: Path, monkeypatch,
+                                                                           c_locale: Any) -> None:
+    """A probe is four git processes side by side (a scorecard probes dozens of times): a HEAD that names a
+    branch, even one named in UTF-8 under LANG=C, or holds a 40- or 64-digit commit id costs no `rev-parse`."""
+    repo = new_repo(tmp_path / "repo")
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    git(repo, "branch", "café")
+    c = git(repo, "rev-parse", "HEAD")
+    wide = new_repo(tmp_path / "wide", "--object-format=sha256")
+    (wide / "a.txt").write_text("one\n")
+    git(wide, "add", ".")
+    git(wide, "commit", "-q", "-m", "first")
+    c64 = git(wide, "rev-parse", "HEAD")
+    log = _git_logged(tmp_path, monkeypatch)
+    cases = [(repo, "ref: refs/heads/café\n", {"branch": "café", "commit": c}),
+             (repo, c + "\n", {"branch": None, "commit": c}),
+             (wide, c64 + "\n", {"branch": None, "commit": c64})]
+    for where, text, head in cases:
+        (where / ".git" / "HEAD").write_bytes(text.encode("utf-8"))
+        log.write_text("")
+        assert probe_git(where, {}, 10)["records"]["head"] == {"HEAD": head}
+        started = [line.split(" -c ")[-1].split()[2] for line in log.read_text().splitlines()]
+        assert sorted(started) == ["diff", "for-each-ref", "log", "ls-files"], (text, started)
+
+
+def _alive_in(folder: Path) -> list[int]:
+    """The pids of live processes (not zombies) whose working folder is `folder`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and os.readlink(f"/proc/{entry}/cwd") == str(folder):
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_git_that_overruns_the_probe_is_killed_and_its_pipes_closed(tmp_path: Path) -> None:
+    """A git blocked on a FIFO a server left as the index was left running after the probe failed (holding the
+    resource), and the pipes of the git processes the probe stopped reading were left to the garbage collector."""
+    repo = new_repo(tmp_path / "repo")
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / ".git" / "index").unlink()
+    os.mkfifo(repo / ".git" / "index")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        said = str(failure(probe_git, repo, {}, 0.5))
+        gc.collect()
+    assert said == "git diff: did not finish within 0.5 s"
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    deadline = time.monotonic() + 10  # SIGKILLed and waited for: only the kernel's teardown may still be under way
+    while _alive_in(repo) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _alive_in(repo)
+    for pid in left:  # what the probe left, so that it does not outlive the test
+        os.kill(pid, 9)
+    assert left == []
+
+
+def test_a_fixture_command_that_hangs_is_stopped_at_the_command_timeout(tmp_path: Path, monkeypatch) -> None:
+    """A fixture command that never ends held the episode (and its worker) for good."""
+    monkeypatch.setattr(resource, "COMMAND_TIMEOUT_S", 0.3)
+    res = Resource(world(fixture=Fixture(commands=(("sleep", "5"),))), tmp_path)
+    err = failure(res.make)
+    assert str(err) == "world 'w': fixture command 'sleep' failed: Command '['sleep', '5']' timed out after 0.3 seconds"
+    assert err.field == "fixture.commands" and not res.root.exists()
+
+
+def test_a_resources_failing_probe_names_its_world_and_a_probe_has_no_version_unless_given(tmp_path: Path) -> None:
+    """A failing probe of an episode's resource said "world 'None'"; a probe command's `{version}` with no server
+    version given is empty."""
+    res = Resource(world(probe_spec=Probe(builtin="jsonl", path="s.jsonl")), tmp_path).make()
+    try:
+        (res.root / "s.jsonl").write_text("{broken\n")
+        err = failure(res.probe)
+        assert str(err) == "world 'w': probe failed: s.jsonl line 1 is not JSON" and err.field == "probe.jsonl"
+    finally:
+        res.remove()
+    spec = Probe(command=("sh", "-c", 'printf \'{"records": {"r": {"k": {"v": "%s"}}}}\' "$0"', "<{version}>"))
+    assert probe(spec, tmp_path, {}, "w") == {"records": {"r": {"k": {"v": "<>"}}}}
+    assert probe(spec, tmp_path, {}, "w", None, "2.0") == {"records": {"r": {"k": {"v": "<2.0>"}}}}
+
+
+def test_a_state_file_that_cannot_be_read_fails_the_probe_with_the_systems_words(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """A read error (a disk's EIO) of a one-file probe's state file was shown as None or as a Python repr."""
+    (tmp_path / "s.jsonl").write_text('{"id": 1}\n')
+    real = Path.read_bytes
+    errors = iter([OSError(errno.EIO, "Input/output error"), OSError("no strerror here")])
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "s.jsonl":
+            raise next(errors)
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    for said in ("s.jsonl: Input/output error", "s.jsonl: no strerror here"):
+        err = failure(probe, Probe(builtin="jsonl", path="s.jsonl"), tmp_path, {}, "w")
+        assert str(err) == f"world 'w': probe failed: {said}" and err.field == "probe.jsonl"
+
+
+def test_the_sqlite_probe_reads_a_table_without_rowid_however_its_sql_is_cased(tmp_path: Path) -> None:
+    """A table declared `without rowid` in lower case failed the probe ("no such column: rowid")."""
+    con = sqlite3.connect(tmp_path / "app.db")
+    con.execute("create table kv (k text primary key, v) without rowid")
+    con.execute("insert into kv values ('a', 1)")
+    con.commit()
+    con.close()
+    row = {"k": "a", "v": 1}
+    assert probe(Probe(builtin="sqlite", path="app.db"), tmp_path, {}, "w")["records"]["kv"] == {
+        canonical_json(row): row}

@@ -110,12 +110,12 @@ def probe(spec: Probe, root: Path, env: dict[str, str], world_id: str, folder: P
     field = "probe.command" if spec.command is not None else f"probe.{spec.builtin}"
     try:
         if spec.builtin is None:
-            return check_snapshot(_command_probe(spec, root, env, folder, version), f"world '{world_id}': probe")
+            return check_snapshot(_command_probe(spec, root, env, folder, version))
         path = inside(root, spec.path)
         builtin = spec.builtin
 
         def read() -> dict[str, Any]:
-            return check_snapshot(BUILTIN[builtin](path, env, spec.timeout_s, spec), f"world '{world_id}': probe")
+            return check_snapshot(BUILTIN[builtin](path, env, spec.timeout_s, spec))
 
         memo = _memo_key(spec, path)
         return read() if memo is None else _READ.get(memo, lambda: Frozen(read())).thaw()
@@ -152,7 +152,7 @@ def inside(root: Path, rel: str) -> Path:
     return target
 
 
-def check_snapshot(snap: Any, who: str) -> dict[str, Any]:
+def check_snapshot(snap: Any) -> dict[str, Any]:
     """A snapshot is an object with `records`: collections of keyed records, each an object; canonical JSON."""
     if not isinstance(snap, dict) or not isinstance(snap.get("records"), dict):
         raise ResourceFailed("printed JSON without a 'records' object")
@@ -417,10 +417,10 @@ def _json_lines(path: Path) -> list[tuple[int, Any]]:
         with paused():
             return [(n, value) for n, _, value in untrusted_json.lines(path.read_text(encoding="utf-8",
                                                                                        errors="replace"))]
-    except untrusted_json.UntrustedJson as exc:
+    except untrusted_json.UntrustedJson as exc:  # `lines` sets `.lineno` on both
         raise ResourceFailed(f"{path.name} line {exc.lineno}: {exc}") from None  # type: ignore[attr-defined]
     except ValueError as exc:
-        raise ResourceFailed(f"{path.name} line {getattr(exc, 'lineno', '?')} is not JSON") from None
+        raise ResourceFailed(f"{path.name} line {exc.lineno} is not JSON") from None  # type: ignore[attr-defined]
 
 
 def regular(path: Path) -> bool:
