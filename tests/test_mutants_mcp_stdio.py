@@ -731,3 +731,65 @@ def test_a_forked_start_is_bounded_by_the_servers_timeout_at_the_launchers_start
         starter.join(60)
         frozen.close()
     assert said == ["the forked launcher did not answer spawn within 1 s"]
+
+
+# A server that starts a child in its own process group (as `npx` starts node), then answers until its input ends:
+# the child, marked by its command line and holding none of the server's pipes, outlives the server unless stop
+# kills the group
+SPAWNER = r'''
+import json, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1] + "-child"],
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" in msg:
+        result = {"protocolVersion": "2025-03-26", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "spawner", "version": "1"}} if msg["method"] == "initialize" else {"tools": []}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+'''
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes (not zombies) whose command line holds `mark`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and mark in open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace") \
+                    and open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.parametrize("contain", ["1", "0"])
+def test_stop_ends_what_the_server_started_in_its_group_contained_or_not(contain: str, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """Without a PID namespace (AFT_BENCH_CONTAIN=0, or a machine that refuses one) a child the server started was
+    left running after stop when only the server's own pid was killed."""
+    from aft_bench.common.lifetime import pid_namespace
+
+    import time
+
+    mark = f"aft-spawned-{os.getpid()}-{time.monotonic_ns()}"
+    child = f"{mark}-child"
+    script = tmp_path / "spawner.py"
+    script.write_text(SPAWNER)
+    monkeypatch.setenv("AFT_BENCH_CONTAIN", contain)
+    pid_namespace.cache_clear()
+    try:
+        srv = StdioServer([sys.executable, str(script), mark], cwd=tmp_path).start()
+        try:
+            assert srv.server_info["name"] == "spawner" and srv.tools() == []
+            assert len(_marked(child)) == 1
+        finally:
+            srv.stop()
+    finally:
+        pid_namespace.cache_clear()
+    deadline = time.monotonic() + 10  # SIGKILLed: only the kernel's teardown may still be under way
+    while _marked(mark) and time.monotonic() < deadline:  # the server, its child and any wrapper
+        time.sleep(0.05)
+    left = _marked(mark)
+    for pid in left:  # so that a failure does not leave it behind
+        os.kill(pid, 9)
+    assert left == []
