@@ -598,6 +598,8 @@ def test_the_git_probe_reads_head_however_git_spells_it(tmp_path: Path) -> None:
     unborn = new_repo(tmp_path / "unborn")
     assert probe_git(unborn, {}, 10) == {"records": {"commits": {}, "branches": {}, "head": {"HEAD": {
         "branch": "main", "commit": None}}, "staged": {}, "files": {}}}
+    (unborn / ".git" / "HEAD").write_text("ref:refs/heads/trunk\n")  # git asked, in a repository with no commit
+    assert probe_git(unborn, {}, 10)["records"]["head"] == {"HEAD": {"branch": "trunk", "commit": None}}
     wide = new_repo(tmp_path / "wide", "--object-format=sha256")
     (wide / "a.txt").write_text("one\n")
     git(wide, "add", ".")

@@ -248,9 +248,11 @@ def _head(root: Path, env: dict[str, str], timeout: float, branches: dict[str, d
         return {"branch": name, "commit": branches[name]["commit"] if name in branches and has_commits else None}
     if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
         return {"branch": None, "commit": text}
+    if not has_commits:  # an unborn branch: rev-parse has no revision to name, symbolic-ref names the branch
+        return {"branch": _git(root, env, timeout, "symbolic-ref", "--short", "HEAD").strip(), "commit": None}
     head_branch = _git(root, env, timeout, "rev-parse", "--abbrev-ref", "HEAD").strip()
     return {"branch": None if head_branch == "HEAD" else head_branch,
-            "commit": _git(root, env, timeout, "rev-parse", "HEAD").strip() if has_commits else None}
+            "commit": _git(root, env, timeout, "rev-parse", "HEAD").strip()}
 
 
 def _file_record(p: Path) -> dict[str, Any]:
