@@ -310,6 +310,10 @@ def test_a_repeated_key_is_answered_from_the_record_and_other_arguments_are_a_co
         _inv("inv-3", "append", {"text": "b"}, 3, "k1"), ("key_conflict", {"inv": "inv-3", "key": "k1",
                                                                             "first": "inv-1"}),
         _delivered("inv-3", None, error="key_conflict")]
+    # the same key and arguments on another tool: refused, never answered with the first tool's record
+    assert r.gw.invoke("refuse", {"text": "a"}, key="k1") == Delivery("inv-4", "delivered", None, False,
+                                                                       error="key_conflict")
+    assert r.events()[1] == ("key_conflict", {"inv": "inv-4", "key": "k1", "first": "inv-1"})
     assert r.notes() == "a\n"
     assert r.gw.status("inv-2") == {"invocation_id": "inv-2", "tool": "append", "reached_server": False,
                                     "committed": False, "answer": None}  # the replay itself was never sent

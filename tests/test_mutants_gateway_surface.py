@@ -107,7 +107,7 @@ def test_results_are_rendered_as_the_built_in_interface_renders_them(opened: Gat
         "status": "ok", "result": {"text": "appended"}, "invocation_id": "inv-4",  # from the record
         "effect": {"idempotency_key": "k1", "replayed": True}}
     assert full.call("append", {"text": "other", "idempotency_key": "k1"}).content == {
-        "status": "error", "error": "key_conflict", "detail": "this idempotency key was used with other arguments"}
+        "status": "error", "error": "key_conflict", "detail": "this idempotency key was used with another tool or other arguments"}
     assert full.call("echo", {"text": "no key"}).content == {"status": "ok", "result": {"text": "no key"},
                                                               "invocation_id": "inv-6"}
     assert (opened.resource.root / "notes.txt").read_text() == "a\n"  # the replay never reached the server
@@ -370,7 +370,7 @@ def test_an_unstructured_condition_with_the_record_shows_interruptions_and_confl
         face = GatewayInterface(gw, text_key)
         assert face.call("append", {"text": "x", "idempotency_key": "k"}).content == 'OK: {"text":"appended"}'
         assert face.call("append", {"text": "y", "idempotency_key": "k"}).content == (
-            "ERROR key_conflict: this idempotency key was used with other arguments")
+            "ERROR key_conflict: this idempotency key was used with another tool or other arguments")
     finally:
         gw.close()
 

@@ -142,7 +142,7 @@ class GatewayInterface:
                 return Observation(f"INTERRUPTED: {d.inv}")
             return Observation({"status": "interrupted", "invocation_id": d.inv, "resumable": False})
         if d.error is not None:
-            return self._error(d.error, "this idempotency key was used with other arguments")
+            return self._error(d.error, "this idempotency key was used with another tool or other arguments")
         answer = d.answer
         assert answer is not None
         result: dict[str, Any] = {"text": answer.text}

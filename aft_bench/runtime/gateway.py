@@ -191,10 +191,11 @@ class Gateway:
         rec = dict(args)
         self.trace.append("invocation", inv=inv, tool=tool, args=rec, key=key, occurrence=n)
         self._invocations[inv] = {"tool": tool, "args": rec, "reached": False, "answer": None}
+        called = canonical_json({"tool": tool, "args": rec})  # what a key is bound to: the tool and its arguments
         if key is not None and self.keys:
             known = self._keyed.get(key)
             if known is not None:
-                if known[0] != canonical_json(rec):
+                if known[0] != called:
                     self.trace.append("key_conflict", inv=inv, key=key, first=known[1])
                     return self._deliver(inv, Delivery(inv, "delivered", None, False, error="key_conflict"))
                 self.trace.append("key_replayed", inv=inv, key=key, first=known[1])
@@ -215,7 +216,7 @@ class Gateway:
             self._fire(fault)
         answer = self._outbound(self._forward(inv, tool, self._inbound(dict(args))))
         if key is not None and self.keys:
-            self._keyed[key] = (canonical_json(rec), inv, answer)  # on the server's side of the fault point
+            self._keyed[key] = (called, inv, answer)  # on the server's side of the fault point
         if fault is not None and fault.kind == "response_loss":
             self._fire(fault)
             return self._deliver(inv, Delivery(inv, "dropped", None, True))
