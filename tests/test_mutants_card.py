@@ -466,7 +466,7 @@ def test_a_placeholder_is_a_whole_string_naming_a_set_up_call_and_a_path() -> No
     for kept in ("{before.0}", "{before.x.a}", "{before.0.a", "x{before.0.a}", "{before.0..}", "{before.0.a.}",
                  "{after.0.a}"):
         assert resolve(kept, earlier) == kept
-    for bad, path in (("{before.1.a}", "a"), ("{before.0.a.b.2}", "a.b.2"), ("{before.0.a.b.x}", "a.b.x"),
+    for bad, path in (("{before.1.a}", "a"), ("{before.2.a}", "a"), ("{before.0.a.b.2}", "a.b.2"), ("{before.0.a.b.x}", "a.b.x"),
                       ("{before.0.a.b.-1}", "a.b.-1"), ("{before.0.a.z}", "a.z"), ("{before.0.a.zX}", "a.zX")):
         with pytest.raises(LookupError) as err:
             resolve(bad, earlier)
