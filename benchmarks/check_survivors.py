@@ -14,8 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch_tree import scratch_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = "tests/test_survivors.py"
@@ -23,8 +24,8 @@ TESTS = "tests/test_survivors.py"
 # (name, file, original text, mutated text, test selector)
 MUTANTS = [
     ("outcome precedence", "aft_bench/judge/labels.py",
-     '    if unsafe:\n        outcome = "unsafely_committed"\n    elif not ended:\n        outcome = "unresolved"\n',
-     '    if not ended:\n        outcome = "unresolved"\n    elif unsafe:\n        outcome = "unsafely_committed"\n',
+     '    if unsafe:\n        return "unsafely_committed"\n    if not ended:\n        return "unresolved"\n',
+     '    if not ended:\n        return "unresolved"\n    if unsafe:\n        return "unsafely_committed"\n',
      "unsafe_commits_without_a_decision"),
     ("SQLite compensation", "aft_bench/world/sqlite_store.py",
      'any(t["ref"] == ref for t in e["targets"])', 'any(t == ref for t in e["targets"])',
@@ -55,10 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keep", action="store_true", help="keep the scratch copy")
     args = ap.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="aft-survivors-"))
-    copy = scratch / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(copy), "HEAD"], cwd=ROOT, check=True)
-    try:
+    with scratch_tree("aft-survivors-", args.keep) as copy:
         shutil.copy(ROOT / TESTS, copy / TESTS)
         survived = []
         for name, rel, original, mutated, selector in MUTANTS:
@@ -75,10 +73,6 @@ def main() -> int:
                 survived.append(name)
         print(f"{len(MUTANTS) - len(survived)}/{len(MUTANTS)} mutants killed")
         return 1 if survived else 0
-    finally:
-        if not args.keep:
-            subprocess.run(["git", "worktree", "remove", "--force", str(copy)], cwd=ROOT, check=False)
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ import argparse
 import ast
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch_tree import scratch_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "benchmarks" / "outside_mutants"
@@ -77,10 +77,7 @@ def main() -> int:
         missing = set(args.only) - {p.stem for p in patches}
         if missing:
             sys.exit(f"--only: no patch {sorted(missing)} in {PATCHES}")
-    scratch = Path(tempfile.mkdtemp(prefix="aft-outside-"))
-    copy = scratch / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(copy), "HEAD"], cwd=ROOT, check=True)
-    try:
+    with scratch_tree("aft-outside-", args.keep) as copy:
         tests = sorted((copy / "tests").glob("test_*.py"))
         survived = []
         for patch in patches:
@@ -99,10 +96,6 @@ def main() -> int:
         print(f"{len(patches) - len(survived)}/{len(patches)} outside mutants killed"
               + (f"; survived: {' '.join(survived)}" if survived else ""))
         return 1 if survived else 0
-    finally:
-        if not args.keep:
-            subprocess.run(["git", "worktree", "remove", "--force", str(copy)], cwd=ROOT, check=False)
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
